@@ -1,0 +1,50 @@
+"""trainkit: run a training function on N workers, on one machine or a Ray cluster, for any framework.
+
+Example::
+
+    import trainkit
+
+    def train_fn(config):
+        ctx = trainkit.get_context()
+        trainkit.report({"rank": ctx.get_world_rank(), "loss": 0.1})
+
+    result = trainkit.Trainer(train_fn, backend="torch",
+                              scaling_config=trainkit.ScalingConfig(num_workers=2)).fit()
+"""
+
+from trainkit._internal.session import CheckpointUploadMode, TrainContext
+from trainkit.backend import Backend, BackendConfig
+from trainkit.callbacks import RunContext, UserCallback
+from trainkit.checkpoint import Checkpoint
+from trainkit.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from trainkit.context import get_all_reported_checkpoints, get_checkpoint, get_context, get_dataset_shard, report
+from trainkit.hookspecs import hookimpl, hookspec
+from trainkit.result import Result, TrainingFailedError
+from trainkit.trainer import DataParallelTrainer, Trainer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Backend",
+    "BackendConfig",
+    "Checkpoint",
+    "CheckpointConfig",
+    "CheckpointUploadMode",
+    "DataParallelTrainer",
+    "FailureConfig",
+    "Result",
+    "RunConfig",
+    "RunContext",
+    "ScalingConfig",
+    "TrainContext",
+    "Trainer",
+    "TrainingFailedError",
+    "UserCallback",
+    "get_all_reported_checkpoints",
+    "get_checkpoint",
+    "get_context",
+    "get_dataset_shard",
+    "hookimpl",
+    "hookspec",
+    "report",
+]

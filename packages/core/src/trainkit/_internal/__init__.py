@@ -1,0 +1,1 @@
+"""trainkit internals: no stability promise; import from ``trainkit`` instead."""

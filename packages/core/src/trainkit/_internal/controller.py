@@ -1,0 +1,308 @@
+"""The driver side of a run: attempts, the long-poll loop, consolidation and checkpoint commits."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from trainkit._internal import storage as storage_mod
+from trainkit._internal.display import Display
+from trainkit._internal.events import Failed, Finished, Output, Report
+from trainkit._internal.plugins import get_plugins
+from trainkit._internal.run_state import CheckpointRecord, RunState
+from trainkit._internal.session import Session, TrainContext, set_session
+from trainkit._internal.storage import FileEntry, RunStorage
+from trainkit._internal.worker import call_train_fn, failure_event
+from trainkit.backend import BackendConfig
+from trainkit.callbacks import RunContext
+from trainkit.checkpoint import Checkpoint
+from trainkit.config import RunConfig, ScalingConfig
+from trainkit.result import Result, TrainingFailedError
+
+logger = logging.getLogger("trainkit")
+
+POLL_S = 2.0  # a worker answers a poll at least this often (heartbeat)
+WORKER_TIMEOUT_S = float(os.environ.get("TRAINKIT_WORKER_TIMEOUT_S", "60"))  # silent longer => hung
+
+
+@dataclass
+class _Attempt:
+    error: TrainingFailedError | None = None
+    return_value: Any = None
+    worker_errors: dict[int, BaseException] = field(default_factory=dict)
+
+
+def _training_error(event: Failed) -> TrainingFailedError:
+    error = TrainingFailedError(
+        f"rank {event.rank} raised {event.type_name}: {event.message}\n\nWorker traceback:\n{event.traceback}",
+        rank=event.rank, error_type=event.type_name, worker_traceback=event.traceback)
+    error.__cause__ = event.exception
+    return error
+
+
+class Controller:
+    def __init__(self, *, train_fn: Callable, train_loop_config: dict | None, backend_config: BackendConfig,
+                 scaling_config: ScalingConfig, run_config: RunConfig, datasets: dict[str, Any] | None,
+                 default_name: str):
+        self.train_fn = train_fn
+        self.train_loop_config = train_loop_config
+        self.backend_config = backend_config
+        self.scaling = scaling_config
+        self.run_config = run_config
+        self.datasets = datasets
+        self.storage = RunStorage(run_config.storage_path, run_config.name or default_name,
+                                  run_config.storage_filesystem)
+        self.display = Display(run_config.verbose, self.storage.name)
+        self.plugins = get_plugins()
+        self.state: RunState | None = None
+        self.resumed_from: str | None = None
+        self._pending: dict[int, dict[int, Report]] = {}
+        self._acks: dict[int, list] = {}
+        self._world_size = 0
+        self._local_session: Session | None = None
+
+    # -- run -------------------------------------------------------------------------------------
+    def run(self) -> Result:
+        storage = self.storage
+        storage.ensure_run_dir()
+        state = RunState.load(storage.fs, storage.run_path)
+        if state is None:
+            state = RunState(storage.name, backend=self.backend_config.name,
+                             num_workers=self.scaling.max_workers)
+        else:
+            state.attempt += 1
+            state.next_report_index = max(state.next_report_index, self._last_logged_index() + 1)
+            self.resumed_from = state.latest_checkpoint
+        state.status, state.error = "running", None
+        self.state = state
+        storage.sweep_tmp()
+        state.save(storage)
+        if not self.scaling.local_mode:
+            from trainkit._internal.ray_runtime import ensure_ray
+
+            ensure_ray()
+
+        self.display.start()
+        failures, max_failures = 0, self.run_config.failure_config.max_failures
+        try:
+            while True:
+                self._callbacks("on_run_start", self._run_context())
+                outcome = self._run_attempt()
+                if outcome.error is None:
+                    state.status = "finished"
+                    break
+                failures += 1
+                will_retry = max_failures == -1 or failures <= max_failures
+                err = outcome.error
+                state.failures.append({"attempt": state.attempt, "rank": err.rank, "type": err.error_type,
+                                       "message": str(err).split("\n", 1)[0], "time": time.time()})
+                self.plugins.hook.trainkit_on_failure(run_name=storage.name, attempt=state.attempt,
+                                                      error=err, will_retry=will_retry)
+                self._callbacks("after_exception", self._run_context(), outcome.worker_errors)
+                if not will_retry:
+                    state.status, state.error = "failed", str(err).split("\n", 1)[0]
+                    break
+                self.display.note(f"attempt {state.attempt} failed ({str(err).splitlines()[0]}); "
+                                  f"restarting from {state.latest_checkpoint or 'scratch'}")
+                state.attempt += 1
+                self._pending.clear()
+                state.save(storage)
+        finally:
+            self.display.stop()
+        state.save(storage)
+        result = state.to_result(storage.fs, storage.run_path, self.run_config.checkpoint_config,
+                                 error=outcome.error, return_value=outcome.return_value)
+        self._callbacks("on_run_end", self._run_context(), result)
+        self.display.summary(result, attempts=failures + (outcome.error is None))
+        return result
+
+    def _last_logged_index(self) -> int:
+        text = self.storage.read_text(storage_mod.METRICS) or ""
+        last = -1
+        for line in text.splitlines():
+            try:
+                last = max(last, int(json.loads(line)["index"]))
+            except (ValueError, KeyError, TypeError):
+                continue  # a line torn by a crash
+        return last
+
+    def _run_context(self) -> RunContext:
+        return RunContext(self.storage.name, self.storage.run_path, self.state.attempt, self._world_size)
+
+    def _callbacks(self, method: str, *args: Any) -> None:
+        for callback in self.run_config.callbacks:
+            getattr(callback, method)(*args)
+
+    def _latest_checkpoint(self) -> Checkpoint | None:
+        name = self.state.latest_checkpoint
+        return Checkpoint(self.storage.path(name), self.storage.fs) if name else None
+
+    # -- one attempt -----------------------------------------------------------------------------
+    def _run_attempt(self) -> _Attempt:
+        if self.scaling.local_mode:
+            return self._run_local()
+        from trainkit._internal.worker_group import WorkerGroup
+
+        num_workers = self.scaling.max_workers
+        self._world_size = num_workers
+        self.display.update(attempt=self.state.attempt, workers=0)
+        backend = self.backend_config.backend_cls()
+        outcome = _Attempt()
+        group = None
+        try:
+            group = WorkerGroup.start(self.scaling, num_workers, run_name=self.storage.name,
+                                      attempt=self.state.attempt, storage=self.storage)
+            self.plugins.hook.trainkit_setup_accelerators(worker_group=group, scaling_config=self.scaling,
+                                                          backend_config=self.backend_config)
+            backend.on_start(group, self.backend_config)
+            backend.on_training_start(group, self.backend_config)
+            import ray
+
+            ray.get([w.actor.start.remote(self.train_fn, self.train_loop_config, self.storage,
+                                          self.state.next_report_index, self._latest_checkpoint(), self.datasets)
+                     for w in group.workers])
+            self.display.update(workers=num_workers)
+            outcome = self._watch(group)
+            if outcome.error is None:
+                backend.on_shutdown(group, self.backend_config)
+        except Exception as exc:  # noqa: BLE001 - a setup failure is an attempt failure
+            if isinstance(exc, TrainingFailedError):
+                outcome.error = exc
+            else:
+                outcome.error = TrainingFailedError(f"setting up the workers failed: {type(exc).__name__}: {exc}",
+                                                    error_type=type(exc).__qualname__)
+                outcome.error.__cause__ = exc
+        finally:
+            if group is not None:
+                group.shutdown(graceful=outcome.error is None)
+        return outcome
+
+    def _watch(self, group: Any) -> _Attempt:
+        import ray
+
+        outcome = _Attempt()
+        refs: dict[Any, int] = {}
+        last_seen = {w.world_rank: time.monotonic() for w in group.workers}
+        running = set(last_seen)
+
+        def poll(rank: int) -> None:
+            refs[group.workers[rank].actor.poll.remote(POLL_S, self._acks.pop(rank, []))] = rank
+
+        for rank in running:
+            poll(rank)
+        while running:
+            ready, _ = ray.wait(list(refs), num_returns=1, timeout=POLL_S)
+            now = time.monotonic()
+            for ref in ready:
+                rank = refs.pop(ref)
+                try:
+                    events = ray.get(ref)
+                except ray.exceptions.RayActorError as exc:
+                    outcome.error = TrainingFailedError(
+                        f"rank {rank} died: its worker process exited unexpectedly ({type(exc).__name__})",
+                        rank=rank, error_type="WorkerDied")
+                    return outcome
+                last_seen[rank] = now
+                for event in events:
+                    if isinstance(event, Report):
+                        self._on_report(event)
+                    elif isinstance(event, Output):
+                        self.display.worker_output(event.rank, event.text)
+                    elif isinstance(event, Finished):
+                        running.discard(rank)
+                        if rank == 0:
+                            outcome.return_value = event.return_value
+                    elif isinstance(event, Failed):
+                        outcome.error = _training_error(event)
+                        outcome.worker_errors[rank] = outcome.error
+                        return outcome
+                if rank in running:
+                    poll(rank)
+            hung = sorted(r for r in running if now - last_seen[r] > WORKER_TIMEOUT_S)
+            if hung:
+                outcome.error = TrainingFailedError(
+                    f"rank(s) {hung} stopped responding for more than {WORKER_TIMEOUT_S:.0f} s "
+                    "(TRAINKIT_WORKER_TIMEOUT_S)", rank=hung[0], error_type="WorkerHung")
+                return outcome
+        self._warn_unmatched_reports()
+        return outcome
+
+    def _run_local(self) -> _Attempt:
+        self._world_size = 1
+        context = TrainContext(world_rank=0, world_size=1, local_rank=0, local_world_size=1, node_rank=0,
+                               experiment_name=self.storage.name, attempt=self.state.attempt, storage=self.storage)
+        session = Session(context, self.storage, self._on_report, next_index=self.state.next_report_index,
+                          checkpoint=self._latest_checkpoint(), datasets=self.datasets)
+        backend = self.backend_config.backend_cls()
+        outcome = _Attempt()
+        set_session(session)
+        self._local_session = session
+        self.display.update(attempt=self.state.attempt, workers=1)
+        try:
+            backend.on_local_start(self.backend_config)
+            outcome.return_value = call_train_fn(self.train_fn, self.train_loop_config)
+            session.finish()
+            backend.on_local_shutdown(self.backend_config)
+        except Exception as exc:  # noqa: BLE001
+            outcome.error = _training_error(failure_event(0, exc))
+            outcome.worker_errors[0] = exc
+        finally:
+            set_session(None)
+            self._local_session = None
+        return outcome
+
+    # -- consolidation ---------------------------------------------------------------------------
+    def _on_report(self, report: Report) -> None:
+        self._pending.setdefault(report.index, {})[report.rank] = report
+        while self._pending:  # consolidate complete reports strictly in index order
+            index = min(self._pending)
+            if len(self._pending[index]) < self._world_size:
+                return
+            self._consolidate(index, self._pending.pop(index))
+
+    def _consolidate(self, index: int, reports: dict[int, Report]) -> None:
+        state, storage = self.state, self.storage
+        metrics = reports[0].metrics
+        checkpoint = None
+        with_files = [r for r in reports.values() if r.tmp_path]
+        if with_files:
+            names = {r.checkpoint_name for r in with_files}
+            if len(names) > 1:
+                raise ValueError(f"report {index}: ranks passed different checkpoint_dir_name values {sorted(names)}")
+            files: dict[str, FileEntry] = {}
+            for r in sorted(with_files, key=lambda r: r.rank):
+                files.update({e.path: e for e in r.files})
+            name = with_files[0].checkpoint_name
+            checkpoint = Checkpoint(storage.commit_checkpoint(with_files[0].tmp_path, name, files.values()), storage.fs)
+            state.add_checkpoint(CheckpointRecord(name, index, state.attempt, metrics))
+        state.next_report_index = index + 1
+        state.last_metrics = metrics
+        storage.append_line(storage_mod.METRICS, json.dumps(
+            {"index": index, "attempt": state.attempt, "time": time.time(),
+             "checkpoint": checkpoint and with_files[0].checkpoint_name, "metrics": metrics}))
+        if checkpoint is not None:
+            dropped = state.apply_retention(self.run_config.checkpoint_config, {self.resumed_from} - {None})
+            state.save(storage)
+            for record in dropped:
+                storage.delete_dir(storage.path(record.name))
+            if self._local_session is not None:
+                self._local_session.on_committed(index, checkpoint, metrics)
+            else:
+                for rank in range(self._world_size):
+                    self._acks.setdefault(rank, []).append((index, checkpoint, metrics))
+        all_metrics = [reports[r].metrics for r in sorted(reports)]
+        self.display.report(index, metrics, checkpoint and with_files[0].checkpoint_name)
+        self.plugins.hook.trainkit_after_report(run_name=storage.name, index=index, metrics=metrics,
+                                                all_metrics=all_metrics, checkpoint=checkpoint)
+        self._callbacks("after_report", self._run_context(), all_metrics, checkpoint)
+
+    def _warn_unmatched_reports(self) -> None:
+        for index, reports in sorted(self._pending.items()):
+            missing = sorted(set(range(self._world_size)) - set(reports))
+            self.display.note(f"report {index} was dropped: rank(s) {missing} never made it "
+                              "(every rank must call report() the same number of times)")
+        self._pending.clear()

@@ -1,0 +1,113 @@
+"""What the driver prints: worker output prefixed by rank, a live status line, a final summary.
+
+On a terminal the status line redraws in place; otherwise it becomes a plain line per committed
+checkpoint (and per report at verbose=2). Verbosity: ``RunConfig.verbose`` or ``$TRAINKIT_VERBOSE``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+
+def resolve_verbosity(verbose: int | None) -> int:
+    if verbose is not None:
+        return verbose
+    try:
+        return int(os.environ.get("TRAINKIT_VERBOSE", "1"))
+    except ValueError:
+        return 1
+
+
+def format_metrics(metrics: dict[str, Any] | None, limit: int = 6) -> str:
+    if not metrics:
+        return ""
+    parts = []
+    for key, value in metrics.items():
+        if isinstance(value, float):
+            parts.append(f"{key}={value:.4g}")
+        elif isinstance(value, (int, str, bool)):
+            parts.append(f"{key}={value}")
+        if len(parts) == limit:
+            break
+    return " ".join(parts)
+
+
+class Display:
+    def __init__(self, verbose: int | None, run_name: str):
+        self.verbose = resolve_verbosity(verbose)
+        self.run_name = run_name
+        self.console = Console(stderr=True, highlight=False)
+        if not self.console.is_terminal:  # plain lines: never wrap at an imagined 80 columns
+            self.console = Console(stderr=True, highlight=False, width=10_000)
+        self._live: Live | None = None
+        self._started = time.monotonic()
+        self.fields: dict[str, Any] = {"attempt": 0, "workers": 0, "reports": 0, "metrics": None, "checkpoint": None}
+
+    def start(self) -> None:
+        if self.verbose >= 1 and self.console.is_terminal:
+            self._live = Live(self._status(), console=self.console, refresh_per_second=4, transient=True)
+            self._live.start()
+
+    def _status(self) -> Text:
+        f = self.fields
+        text = Text.assemble(("trainkit ", "bold cyan"), (self.run_name, "bold"),
+                             f"  attempt {f['attempt']}  workers {f['workers']}  reports {f['reports']}")
+        if f["checkpoint"]:
+            text.append(f"  ckpt {f['checkpoint']}")
+        if f["metrics"]:
+            text.append(f"  {format_metrics(f['metrics'])}", style="green")
+        text.append(f"  {time.monotonic() - self._started:.0f}s", style="dim")
+        return text
+
+    def update(self, **fields: Any) -> None:
+        self.fields.update(fields)
+        if self._live is not None:
+            self._live.update(self._status())
+
+    def report(self, index: int, metrics: dict[str, Any], checkpoint: str | None) -> None:
+        self.update(reports=self.fields["reports"] + 1, metrics=metrics, checkpoint=checkpoint or self.fields["checkpoint"])
+        if self._live is None and (self.verbose >= 2 or (self.verbose >= 1 and checkpoint)):
+            suffix = f"  [{checkpoint}]" if checkpoint else ""
+            self.console.print(f"trainkit: report {index}  {format_metrics(metrics)}{suffix}", markup=False)
+
+    def note(self, message: str) -> None:
+        if self.verbose >= 1:
+            self.console.print(f"trainkit: {message}", markup=False, style="yellow")
+
+    def worker_output(self, rank: int, text: str) -> None:
+        prefixed = "\n".join(f"(rank {rank}) {line}" for line in text.split("\n"))
+        if self._live is not None:
+            self._live.console.print(prefixed, markup=False, highlight=False)
+        else:
+            sys.stdout.write(prefixed + "\n")
+            sys.stdout.flush()
+
+    def stop(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def summary(self, result: Any, attempts: int) -> None:
+        if self.verbose < 1:
+            return
+        table = Table(show_header=False, box=None, pad_edge=False, title_justify="left",
+                      title=f"trainkit run {self.run_name}: " + ("[red]failed[/]" if result.error else "[green]finished[/]"))
+        table.add_row("path", result.path)
+        table.add_row("attempts", str(attempts))
+        table.add_row("reports", str(self.fields["reports"]))
+        if result.metrics:
+            table.add_row("metrics", format_metrics(result.metrics, limit=10))
+        if result.checkpoint:
+            table.add_row("checkpoint", result.checkpoint.path)
+        if result.error is not None:
+            table.add_row("error", f"{type(result.error).__name__}: {str(result.error).splitlines()[0]}")
+        table.add_row("time", f"{time.monotonic() - self._started:.1f} s")
+        self.console.print(table)

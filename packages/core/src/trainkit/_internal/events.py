@@ -1,0 +1,39 @@
+"""Messages a worker sends to the driver, drained by the driver's long-poll."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainkit._internal.storage import FileEntry
+
+
+@dataclass
+class Report:
+    rank: int
+    index: int
+    metrics: dict[str, Any]
+    checkpoint_name: str | None = None
+    tmp_path: str | None = None
+    files: list[FileEntry] = field(default_factory=list)
+
+
+@dataclass
+class Output:
+    rank: int
+    text: str
+
+
+@dataclass
+class Finished:
+    rank: int
+    return_value: Any = None
+
+
+@dataclass
+class Failed:
+    rank: int
+    type_name: str
+    message: str
+    traceback: str
+    exception: BaseException | None = None  # the original, when it pickles

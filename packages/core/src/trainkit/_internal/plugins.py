@@ -1,0 +1,186 @@
+"""Plugin discovery (entry-point group ``trainkit.plugins``) and the backend registry.
+
+Environment:
+    TRAINKIT_PLUGINS                  comma-separated allow list (only these load)
+    TRAINKIT_DISABLED_PLUGINS         comma-separated deny list
+    TRAINKIT_DISABLE_PLUGIN_AUTOLOAD  "1": load no entry point except those in TRAINKIT_PLUGINS
+
+A plugin whose framework is missing or outside the version range its distribution declares is
+skipped with a reason; one that fails to import or register is logged and skipped. Neither
+affects the other plugins.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as md
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import pluggy
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from trainkit import hookspecs
+
+logger = logging.getLogger("trainkit.plugins")
+GROUP = "trainkit.plugins"
+
+
+class UnknownBackendError(ValueError):
+    """No installed plugin provides the requested backend."""
+
+
+@dataclass
+class PluginInfo:
+    name: str
+    distribution: str | None = None
+    version: str | None = None
+    framework: str | None = None
+    framework_version: str | None = None
+    status: str = "loaded"  # loaded | disabled | skipped | error
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class BackendEntry:
+    name: str
+    config_cls: type
+    trainer_cls: type | None
+    plugin: str
+
+
+@dataclass
+class BackendRegistry:
+    """Backends by name. Plugins call ``register`` from ``trainkit_register_backends``."""
+
+    entries: dict[str, BackendEntry] = field(default_factory=dict)
+    plugin: str = "<direct>"
+
+    def register(self, name: str, config_cls: type, trainer_cls: type | None = None) -> None:
+        if name in self.entries:
+            raise ValueError(f"backend {name!r} is already registered by plugin {self.entries[name].plugin!r}")
+        self.entries[name] = BackendEntry(name, config_cls, trainer_cls, self.plugin)
+
+
+class Plugins:
+    """The loaded plugins: a pluggy manager, their statuses and the backends they registered."""
+
+    def __init__(self) -> None:
+        self.manager = pluggy.PluginManager("trainkit")
+        self.manager.add_hookspecs(hookspecs)
+        self.infos: dict[str, PluginInfo] = {}
+        self.backends = BackendRegistry()
+
+    @property
+    def hook(self) -> Any:
+        return self.manager.hook
+
+    def add(self, module: ModuleType | object, info: PluginInfo) -> None:
+        """Register one plugin object and its backends; a broken plugin is recorded, not raised."""
+        self.infos[info.name] = info
+        try:
+            self.manager.register(module, name=info.name)
+            self.manager.check_pending()
+        except Exception as exc:  # noqa: BLE001 - any broken plugin is isolated
+            if self.manager.is_registered(module):
+                self.manager.unregister(module)
+            self._fail(info, exc)
+            return
+        before = dict(self.backends.entries)
+        self.backends.plugin = info.name
+        try:
+            others = [p for p in self.manager.get_plugins() if p is not module]
+            self.manager.subset_hook_caller("trainkit_register_backends", others)(registry=self.backends)
+        except Exception as exc:  # noqa: BLE001
+            self.backends.entries = before
+            self.manager.unregister(module)
+            self._fail(info, exc)
+        finally:
+            self.backends.plugin = "<direct>"
+
+    @staticmethod
+    def _fail(info: PluginInfo, exc: BaseException) -> None:
+        info.status, info.reason = "error", f"{type(exc).__name__}: {exc}"
+        logger.warning("trainkit plugin %r failed and was skipped: %s", info.name, info.reason)
+
+    def backend(self, name: str) -> BackendEntry:
+        if name in self.backends.entries:
+            return self.backends.entries[name]
+        installed = ", ".join(sorted(self.backends.entries)) or "none"
+        message = f"Unknown backend {name!r}. Installed backends: {installed}."
+        info = self.infos.get(name)
+        if info is not None and info.status != "loaded":
+            message += f" Plugin {name!r} is installed but {info.status}: {info.reason}"
+        else:
+            message += f" To add it: pip install trainkit-{name}"
+        raise UnknownBackendError(message)
+
+
+def _env_list(var: str) -> set[str]:
+    return {item.strip() for item in os.environ.get(var, "").split(",") if item.strip()}
+
+
+def _framework_problem(module: ModuleType, dist: md.Distribution | None, info: PluginInfo) -> str | None:
+    """Why the plugin's framework can't be used, or None. The bound comes from the dist's metadata."""
+    framework = getattr(module, "FRAMEWORK", None)
+    if framework is None:
+        return None
+    info.framework = framework
+    try:
+        info.framework_version = md.version(framework)
+    except md.PackageNotFoundError:
+        return f"{framework} is not installed (pip install {info.distribution or 'the plugin'} installs it)"
+    for line in (dist.requires or []) if dist else []:
+        req = Requirement(line)
+        if canonicalize_name(req.name) == canonicalize_name(framework) and req.marker is None:
+            if req.specifier and not req.specifier.contains(info.framework_version, prereleases=True):
+                return f"{framework} {info.framework_version} is outside the supported range {req.specifier}"
+    return None
+
+
+def load_plugins() -> Plugins:
+    """Discover and register every allowed plugin from entry points."""
+    plugins = Plugins()
+    allow, deny = _env_list("TRAINKIT_PLUGINS"), _env_list("TRAINKIT_DISABLED_PLUGINS")
+    autoload = os.environ.get("TRAINKIT_DISABLE_PLUGIN_AUTOLOAD", "").lower() not in ("1", "true", "yes")
+    for ep in sorted(md.entry_points(group=GROUP), key=lambda e: e.name):
+        if ep.name in plugins.infos:
+            continue
+        dist = getattr(ep, "dist", None)
+        info = PluginInfo(ep.name, dist.name if dist else None, dist.version if dist else None)
+        if ep.name in deny or (allow and ep.name not in allow) or (not autoload and ep.name not in allow):
+            info.status, info.reason = "disabled", "by TRAINKIT_PLUGINS / TRAINKIT_DISABLED_PLUGINS / TRAINKIT_DISABLE_PLUGIN_AUTOLOAD"
+            plugins.infos[ep.name] = info
+            continue
+        try:
+            module = importlib.import_module(ep.value.split(":")[0])
+        except Exception as exc:  # noqa: BLE001
+            plugins.infos[ep.name] = info
+            Plugins._fail(info, exc)
+            continue
+        problem = _framework_problem(module, dist, info)
+        if problem:
+            info.status, info.reason = "skipped", problem
+            plugins.infos[ep.name] = info
+            logger.debug("trainkit plugin %r skipped: %s", ep.name, problem)
+            continue
+        plugins.add(module, info)
+    return plugins
+
+
+_plugins: Plugins | None = None
+_lock = threading.Lock()
+
+
+def get_plugins(reload: bool = False) -> Plugins:
+    """The process-wide plugins, loaded on first use (never at import)."""
+    global _plugins
+    with _lock:
+        if _plugins is None or reload:
+            _plugins = load_plugins()
+        return _plugins

@@ -1,0 +1,121 @@
+"""``run_state.json``: the driver's durable record of a run (JSON only, never pickles)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import posixpath
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from trainkit._internal import storage as storage_mod
+from trainkit.checkpoint import Checkpoint
+from trainkit.config import CheckpointConfig
+
+logger = logging.getLogger("trainkit")
+FORMAT = 1
+
+
+@dataclass
+class CheckpointRecord:
+    name: str
+    index: int
+    attempt: int
+    metrics: dict[str, Any]
+
+
+@dataclass
+class RunState:
+    name: str
+    status: str = "running"  # running | finished | failed
+    backend: str = ""
+    num_workers: int = 0
+    attempt: int = 0
+    next_report_index: int = 0
+    checkpoints: list[CheckpointRecord] = field(default_factory=list)
+    latest_checkpoint: str | None = None
+    last_metrics: dict[str, Any] | None = None
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    created: float = field(default_factory=time.time)
+    updated: float = field(default_factory=time.time)
+    error: str | None = None
+    format: int = FORMAT
+
+    # -- persistence -----------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "RunState":
+        data = dict(data)
+        data["checkpoints"] = [CheckpointRecord(**c) for c in data.get("checkpoints", [])]
+        return cls(**data)
+
+    def save(self, storage: storage_mod.RunStorage) -> None:
+        self.updated = time.time()
+        storage.write_json_atomic(storage_mod.STATE, self.to_json())
+
+    @classmethod
+    def load(cls, fs: pafs.FileSystem, run_path: str) -> "RunState | None":
+        """The state, falling back to the previous copy when the current one is torn or corrupt."""
+        for name in (storage_mod.STATE, storage_mod.STATE + ".prev"):
+            try:
+                with fs.open_input_stream(posixpath.join(run_path, name)) as f:
+                    return cls.from_json(json.loads(f.read().decode()))
+            except FileNotFoundError:
+                continue
+            except (ValueError, TypeError, KeyError) as exc:
+                logger.warning("trainkit: %s in %s is unreadable (%s); trying the previous copy", name, run_path, exc)
+        return None
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def add_checkpoint(self, record: CheckpointRecord) -> None:
+        self.checkpoints = [c for c in self.checkpoints if c.name != record.name] + [record]
+        self.latest_checkpoint = record.name
+
+    def ranked(self, config: CheckpointConfig) -> list[CheckpointRecord]:
+        """Best first: by the score attribute when set (missing/NaN last), else newest first."""
+        attribute = config.checkpoint_score_attribute
+        if attribute is None:
+            return sorted(self.checkpoints, key=lambda c: c.index, reverse=True)
+
+        def key(c: CheckpointRecord) -> tuple:
+            value = c.metrics.get(attribute)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+                return (1, 0.0, -c.index)
+            return (0, -value if config.checkpoint_score_order == "max" else value, -c.index)
+
+        return sorted(self.checkpoints, key=key)
+
+    def apply_retention(self, config: CheckpointConfig, protect: set[str]) -> list[CheckpointRecord]:
+        """Drop records beyond ``num_to_keep`` (never the latest or a protected one); return them."""
+        if config.num_to_keep is None:
+            return []
+        keep = {c.name for c in self.ranked(config)[: config.num_to_keep]}
+        keep |= protect | {self.latest_checkpoint}
+        dropped = [c for c in self.checkpoints if c.name not in keep]
+        self.checkpoints = [c for c in self.checkpoints if c.name in keep]
+        return dropped
+
+    def to_result(self, fs: pafs.FileSystem, run_path: str, config: CheckpointConfig | None = None,
+                  error: BaseException | None = None, return_value: Any = None) -> Any:
+        from trainkit.result import Result
+
+        def checkpoint(name: str) -> Checkpoint:
+            return Checkpoint(posixpath.join(run_path, name), fs)
+
+        ordered = self.ranked(config) if config and config.checkpoint_score_attribute else \
+            sorted(self.checkpoints, key=lambda c: c.index)
+        return Result(
+            metrics=self.last_metrics,
+            checkpoint=checkpoint(self.latest_checkpoint) if self.latest_checkpoint else None,
+            path=run_path,
+            filesystem=fs,
+            error=error,
+            best_checkpoints=[(checkpoint(c.name), c.metrics) for c in ordered],
+            return_value=return_value,
+        )

@@ -1,0 +1,191 @@
+"""The per-process training session behind ``report()``, ``get_context()`` and ``get_checkpoint()``.
+
+A session lives in every worker (and in the driver in local mode). ``report()`` never waits for
+the driver: it validates the metrics, uploads this rank's checkpoint files if any (in the calling
+thread, or a background thread in ASYNC mode), and hands an event to ``sink``.
+"""
+
+from __future__ import annotations
+
+import enum
+import shutil
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from trainkit._internal import storage as storage_mod
+from trainkit._internal.events import Report
+from trainkit._internal.metrics import validate_metrics
+from trainkit._internal.naming import validate_name
+from trainkit.checkpoint import Checkpoint
+
+
+class CheckpointUploadMode(enum.Enum):
+    """How ``report()`` moves a checkpoint into storage.
+
+    SYNC: upload before ``report()`` returns. ASYNC: upload in a background thread and return at
+    once (an upload error is raised by the next ``report()`` or when the function returns).
+    NO_UPLOAD: the checkpoint's directory is already inside the run directory; only register it.
+    """
+
+    SYNC = "SYNC"
+    ASYNC = "ASYNC"
+    NO_UPLOAD = "NO_UPLOAD"
+
+
+@dataclass(frozen=True)
+class TrainContext:
+    """Where this worker stands in the run. Get it with ``trainkit.get_context()``."""
+
+    world_rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    experiment_name: str
+    attempt: int
+    storage: Any = None
+
+    def get_world_rank(self) -> int:
+        return self.world_rank
+
+    def get_world_size(self) -> int:
+        return self.world_size
+
+    def get_local_rank(self) -> int:
+        return self.local_rank
+
+    def get_local_world_size(self) -> int:
+        return self.local_world_size
+
+    def get_node_rank(self) -> int:
+        return self.node_rank
+
+    def get_experiment_name(self) -> str:
+        return self.experiment_name
+
+    def get_attempt(self) -> int:
+        """0 for the first attempt, incremented at each restart after a failure."""
+        return self.attempt
+
+    def get_storage(self) -> Any:
+        """The run's storage: ``.fs`` (a ``pyarrow.fs.FileSystem``) and ``.run_path``."""
+        return self.storage
+
+
+class Session:
+    def __init__(
+        self,
+        context: TrainContext,
+        storage: storage_mod.RunStorage,
+        sink: Callable[[Any], None],
+        *,
+        next_index: int,
+        checkpoint: Checkpoint | None,
+        datasets: dict[str, Any] | None = None,
+    ):
+        self.context = context
+        self.storage = storage
+        self.sink = sink
+        self.next_index = next_index
+        self.checkpoint = checkpoint
+        self.datasets = datasets or {}
+        self._uploader: ThreadPoolExecutor | None = None
+        self._pending: list[Future] = []
+        self._committed: dict[int, tuple[Checkpoint, dict]] = {}
+        self._reported_checkpoints: list[int] = []
+        self._commit_cond = threading.Condition()
+
+    # -- report ----------------------------------------------------------------------------------
+    def report(
+        self,
+        metrics: dict[str, Any],
+        checkpoint: Checkpoint | None = None,
+        checkpoint_dir_name: str | None = None,
+        checkpoint_upload_mode: CheckpointUploadMode = CheckpointUploadMode.SYNC,
+        delete_local_checkpoint_after_upload: bool | None = None,
+        checkpoint_upload_fn: Callable[[Checkpoint, str], Checkpoint] | None = None,
+    ) -> None:
+        self._raise_upload_errors()
+        metrics = validate_metrics(metrics)
+        mode = CheckpointUploadMode(checkpoint_upload_mode)
+        index = self.next_index
+        self.next_index += 1
+        rank = self.context.world_rank
+        if checkpoint is None:
+            self.sink(Report(rank, index, metrics))
+            return
+        if not isinstance(checkpoint, Checkpoint):
+            raise TypeError(f"checkpoint must be a trainkit.Checkpoint, got {type(checkpoint).__name__}")
+        name = validate_name("checkpoint_dir_name", checkpoint_dir_name or f"checkpoint_{index:06d}")
+        tmp_path = self.storage.tmp_checkpoint_path(name, self.context.attempt)
+        if delete_local_checkpoint_after_upload is None:
+            delete_local_checkpoint_after_upload = mode is CheckpointUploadMode.ASYNC
+        self._reported_checkpoints.append(index)
+
+        def upload() -> None:
+            if mode is CheckpointUploadMode.NO_UPLOAD:
+                files = self._register_in_place(checkpoint, tmp_path)
+            elif checkpoint_upload_fn is not None:
+                uploaded = checkpoint_upload_fn(checkpoint, tmp_path)
+                files = storage_mod.hash_tree(uploaded.filesystem, uploaded.path)
+            else:
+                files = storage_mod.upload_dir(checkpoint.path, self.storage.fs, tmp_path)
+            if delete_local_checkpoint_after_upload and mode is not CheckpointUploadMode.NO_UPLOAD:
+                shutil.rmtree(checkpoint.path, ignore_errors=True)
+            self.sink(Report(rank, index, metrics, name, tmp_path, files))
+
+        if mode is CheckpointUploadMode.ASYNC:
+            if self._uploader is None:
+                self._uploader = ThreadPoolExecutor(1, thread_name_prefix="trainkit-upload")
+            self._pending.append(self._uploader.submit(upload))
+        else:
+            upload()
+
+    def _register_in_place(self, checkpoint: Checkpoint, tmp_path: str) -> list[storage_mod.FileEntry]:
+        if not checkpoint.path.startswith(self.storage.run_path + "/"):
+            raise ValueError(f"NO_UPLOAD needs a checkpoint inside the run directory {self.storage.run_path!r}")
+        self.storage.fs.move(checkpoint.path, tmp_path)
+        return storage_mod.hash_tree(self.storage.fs, tmp_path)
+
+    def _raise_upload_errors(self) -> None:
+        done = [f for f in self._pending if f.done()]
+        self._pending = [f for f in self._pending if not f.done()]
+        for future in done:
+            future.result()  # re-raises an upload error in the training thread
+
+    def finish(self) -> None:
+        """Wait for background uploads; raise the first upload error."""
+        for future in self._pending:
+            future.result()
+        self._pending = []
+        if self._uploader is not None:
+            self._uploader.shutdown()
+
+    # -- what the driver committed ---------------------------------------------------------------
+    def on_committed(self, index: int, checkpoint: Checkpoint, metrics: dict) -> None:
+        with self._commit_cond:
+            self._committed[index] = (checkpoint, metrics)
+            self._commit_cond.notify_all()
+
+    def all_reported_checkpoints(self, timeout: float | None = None) -> list[tuple[Checkpoint, dict]]:
+        """Checkpoints this rank reported, once the driver has committed every one of them."""
+        with self._commit_cond:
+            self._commit_cond.wait_for(
+                lambda: all(i in self._committed for i in self._reported_checkpoints), timeout)
+            return [self._committed[i] for i in sorted(self._committed)]
+
+
+_session: Session | None = None
+
+
+def set_session(session: Session | None) -> None:
+    global _session
+    _session = session
+
+
+def get_session(caller: str) -> Session:
+    if _session is None:
+        raise RuntimeError(f"trainkit.{caller}() can only be called inside a training function run by a trainkit Trainer")
+    return _session

@@ -1,0 +1,152 @@
+"""The body of a worker actor: one per rank, running the training function in a thread.
+
+The driver long-polls ``poll()``: it returns as soon as there is something to say (a report,
+output, the end) or after ``timeout`` seconds as a heartbeat. Nothing on the report path sleeps.
+"""
+
+from __future__ import annotations
+
+import inspect
+import io
+import os
+import pickle
+import queue
+import sys
+import threading
+import traceback
+from typing import Any, Callable
+
+from trainkit._internal.events import Failed, Finished, Output
+from trainkit._internal.session import Session, TrainContext, set_session
+from trainkit._internal.storage import RunStorage
+from trainkit.checkpoint import Checkpoint
+
+
+class _RankOutput(io.TextIOBase):
+    """A stdout/stderr replacement that forwards whole lines to the driver and to the original stream."""
+
+    def __init__(self, original: Any, rank: int, put: Callable[[Any], None]):
+        self._original, self._rank, self._put = original, rank, put
+        self._partial = ""
+        self._lock = threading.Lock()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self._original.write(text)
+        with self._lock:
+            lines = (self._partial + text).split("\n")
+            self._partial = lines.pop()
+        if lines:
+            self._put(Output(self._rank, "\n".join(lines)))
+        return len(text)
+
+    def flush(self) -> None:
+        self._original.flush()
+        with self._lock:
+            partial, self._partial = self._partial, ""
+        if partial:
+            self._put(Output(self._rank, partial))
+
+    def fileno(self) -> int:
+        return self._original.fileno()
+
+    def isatty(self) -> bool:
+        return False
+
+
+def call_train_fn(fn: Callable, config: dict | None) -> Any:
+    """Call ``fn(config)`` when it takes an argument, else ``fn()`` (as Ray Train does)."""
+    takes_arg = len(inspect.signature(fn).parameters) >= 1
+    if config is not None and not takes_arg:
+        raise TypeError(f"{getattr(fn, '__name__', fn)!r} takes no argument but train_loop_config was given")
+    return fn(config if config is not None else {}) if takes_arg else fn()
+
+
+def failure_event(rank: int, exc: BaseException) -> Failed:
+    try:
+        pickle.dumps(exc)
+        original = exc
+    except Exception:  # noqa: BLE001 - an unpicklable exception still reports type and traceback
+        original = None
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return Failed(rank, type(exc).__qualname__, str(exc), tb, original)
+
+
+class Worker:
+    """One rank. Ray runs it as a threaded actor so ``poll`` answers while training runs."""
+
+    def __init__(self) -> None:
+        self._events: queue.SimpleQueue = queue.SimpleQueue()
+        self._session: Session | None = None
+        self._context: TrainContext | None = None
+
+    def node_info(self) -> dict[str, Any]:
+        import ray
+
+        runtime = ray.get_runtime_context()
+        return {
+            "node_id": runtime.get_node_id(),
+            "ip": ray.util.get_node_ip_address(),
+            "pid": os.getpid(),
+            "accelerator_ids": runtime.get_accelerator_ids(),
+        }
+
+    def setup(self, context: TrainContext, env: dict[str, str]) -> None:
+        os.environ.update(env)
+        self._context = context
+        sys.stdout = _RankOutput(sys.__stdout__, context.world_rank, self._events.put)
+        sys.stderr = _RankOutput(sys.__stderr__, context.world_rank, self._events.put)
+        from trainkit._internal.plugins import get_plugins
+
+        get_plugins().hook.trainkit_worker_start(context=context)
+
+    def execute(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    def start(self, fn: Callable, config: dict | None, storage: RunStorage, next_index: int,
+              checkpoint: Checkpoint | None, datasets: dict[str, Any] | None) -> None:
+        assert self._context is not None, "setup() must run first"
+        rank = self._context.world_rank
+        self._session = Session(self._context, storage, self._events.put, next_index=next_index,
+                                checkpoint=checkpoint, datasets=datasets)
+        set_session(self._session)
+
+        def run() -> None:
+            try:
+                value = call_train_fn(fn, config)
+                self._session.finish()
+                event: Any = Finished(rank, value)
+            except BaseException as exc:  # noqa: BLE001 - every error goes to the driver
+                event = failure_event(rank, exc)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            self._events.put(event)
+
+        threading.Thread(target=run, name=f"trainkit-train-rank{rank}", daemon=True).start()
+
+    def poll(self, timeout: float, committed: list[tuple[int, Checkpoint, dict]]) -> list[Any]:
+        """Wait up to ``timeout`` s for events and return all that are ready."""
+        if self._session is not None:
+            for index, checkpoint, metrics in committed:
+                self._session.on_committed(index, checkpoint, metrics)
+        try:
+            events = [self._events.get(timeout=timeout)]
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                events.append(self._events.get_nowait())
+            except queue.Empty:
+                return events
+
+    def stop(self) -> None:
+        from trainkit._internal.plugins import get_plugins
+
+        if self._context is not None:
+            get_plugins().hook.trainkit_worker_stop(context=self._context)
+        set_session(None)
+
+    def __repr__(self) -> str:  # Ray uses it to name the actor in its own logs
+        return f"trainkit rank {self._context.world_rank}" if self._context else "trainkit worker"

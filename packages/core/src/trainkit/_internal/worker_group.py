@@ -1,0 +1,146 @@
+"""A group of worker actors in one placement group, with ranks assigned node by node."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from trainkit._internal.session import TrainContext
+from trainkit._internal.worker import Worker
+from trainkit.config import ScalingConfig
+
+PLACEMENT_TIMEOUT_S = float(os.environ.get("TRAINKIT_PLACEMENT_TIMEOUT_S", "60"))
+
+
+class PlacementError(RuntimeError):
+    """The cluster cannot place the requested workers."""
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    actor: Any
+    world_rank: int
+    local_rank: int
+    node_rank: int
+    node_id: str
+    ip: str
+    pid: int
+    accelerator_ids: dict[str, list[str]]
+
+
+def _actor_options(resources: dict[str, float]) -> dict[str, Any]:
+    custom = {k: v for k, v in resources.items() if k not in ("CPU", "GPU", "memory")}
+    options: dict[str, Any] = {"num_cpus": resources.get("CPU", 0), "num_gpus": resources.get("GPU", 0),
+                               "max_concurrency": 4, "max_restarts": 0}
+    if "memory" in resources:
+        options["memory"] = resources["memory"]
+    if custom:
+        options["resources"] = custom
+    return options
+
+
+class WorkerGroup:
+    """Workers of one attempt. ``execute`` runs a function on every rank, in parallel."""
+
+    def __init__(self, workers: list[WorkerInfo], placement_group: Any):
+        self.workers = workers
+        self._placement_group = placement_group
+
+    @classmethod
+    def start(cls, scaling: ScalingConfig, num_workers: int, *, run_name: str, attempt: int,
+              storage: Any, env: dict[str, str] | None = None) -> "WorkerGroup":
+        import ray
+        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        resources = scaling.worker_resources
+        bundle_kwargs: dict[str, Any] = {}
+        if scaling.label_selector:
+            bundle_kwargs["bundle_label_selector"] = [dict(scaling.label_selector)] * num_workers
+        pg = placement_group([resources] * num_workers, strategy=scaling.placement_strategy, **bundle_kwargs)
+        try:
+            ray.get(pg.ready(), timeout=PLACEMENT_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            remove_placement_group(pg)
+            raise PlacementError(
+                f"could not place {num_workers} workers with {resources} each "
+                f"({scaling.placement_strategy}) within {PLACEMENT_TIMEOUT_S:.0f} s; the cluster has "
+                f"{ray.available_resources()} available. Lower num_workers or resources_per_worker."
+            ) from None
+        remote_worker, options = ray.remote(Worker), _actor_options(resources)
+        actors = [
+            remote_worker.options(**options, scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i))
+            .remote()
+            for i in range(num_workers)
+        ]
+        try:
+            infos = ray.get([a.node_info.remote() for a in actors])
+            workers = _assign_ranks(actors, infos, driver_node=ray.get_runtime_context().get_node_id())
+            group = cls(workers, pg)
+            node_sizes = {w.node_rank: 0 for w in workers}
+            for w in workers:
+                node_sizes[w.node_rank] += 1
+            ray.get([
+                w.actor.setup.remote(
+                    TrainContext(world_rank=w.world_rank, world_size=num_workers, local_rank=w.local_rank,
+                                 local_world_size=node_sizes[w.node_rank], node_rank=w.node_rank,
+                                 experiment_name=run_name, attempt=attempt, storage=storage),
+                    {**(env or {}), "TRAINKIT_RANK": str(w.world_rank)},
+                )
+                for w in workers
+            ])
+        except BaseException:
+            for a in actors:
+                ray.kill(a, no_restart=True)
+            remove_placement_group(pg)
+            raise
+        return group
+
+    def __len__(self) -> int:
+        return len(self.workers)
+
+    def execute_async(self, fn: Callable, *args: Any, **kwargs: Any) -> list[Any]:
+        return [w.actor.execute.remote(fn, *args, **kwargs) for w in self.workers]
+
+    def execute(self, fn: Callable, *args: Any, **kwargs: Any) -> list[Any]:
+        """Run ``fn(*args, **kwargs)`` on every rank in parallel; results in rank order."""
+        import ray
+
+        return ray.get(self.execute_async(fn, *args, **kwargs))
+
+    def execute_single(self, rank: int, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        import ray
+
+        return ray.get(self.workers[rank].actor.execute.remote(fn, *args, **kwargs))
+
+    def shutdown(self, graceful: bool, timeout_s: float = 10.0) -> None:
+        """Stop every worker (running stop hooks first when ``graceful``) and free the placement group."""
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        if graceful:
+            try:
+                ray.get([w.actor.stop.remote() for w in self.workers], timeout=timeout_s)
+            except Exception:  # noqa: BLE001 - teardown goes on regardless
+                pass
+        for w in self.workers:
+            ray.kill(w.actor, no_restart=True)
+        remove_placement_group(self._placement_group)
+
+
+def _assign_ranks(actors: list[Any], infos: list[dict], driver_node: str) -> list[WorkerInfo]:
+    """Ranks contiguous per node; the driver's node first, then nodes in placement order."""
+    node_order: list[str] = []
+    for info in infos:
+        if info["node_id"] not in node_order:
+            node_order.append(info["node_id"])
+    node_order.sort(key=lambda n: n != driver_node)
+    ordered = sorted(zip(actors, infos), key=lambda ai: node_order.index(ai[1]["node_id"]))
+    workers, local = [], {n: 0 for n in node_order}
+    for rank, (actor, info) in enumerate(ordered):
+        node = info["node_id"]
+        workers.append(WorkerInfo(actor, rank, local[node], node_order.index(node), node, info["ip"],
+                                  info["pid"], info["accelerator_ids"]))
+        local[node] += 1
+    return workers

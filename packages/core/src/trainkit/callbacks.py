@@ -1,0 +1,46 @@
+"""``UserCallback``: driver-side hooks into a run, passed in ``RunConfig(callbacks=[...])``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainkit.checkpoint import Checkpoint
+    from trainkit.result import Result
+
+__all__ = ["UserCallback", "RunContext"]
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a callback knows about the run."""
+
+    name: str
+    path: str
+    attempt: int
+    num_workers: int
+
+
+class UserCallback:
+    """Override any method; all run in the driver, in order of the callbacks list.
+
+    Example::
+
+        class PrintLoss(trainkit.UserCallback):
+            def after_report(self, run_context, metrics, checkpoint):
+                print(run_context.name, metrics[0]["loss"])
+    """
+
+    def on_run_start(self, run_context: RunContext) -> None:
+        """Before the first worker starts (and again for each restarted attempt)."""
+
+    def after_report(self, run_context: RunContext, metrics: list[dict[str, Any]],
+                     checkpoint: "Checkpoint | None") -> None:
+        """Every rank made a report; ``metrics[r]`` is rank r's, ``checkpoint`` the committed one."""
+
+    def after_exception(self, run_context: RunContext, worker_exceptions: dict[int, BaseException]) -> None:
+        """An attempt failed; ``worker_exceptions`` maps rank to error."""
+
+    def on_run_end(self, run_context: RunContext, result: "Result") -> None:
+        """The run finished or failed for good."""

@@ -1,0 +1,102 @@
+"""``Checkpoint``: a directory of files on some filesystem, plus a little JSON metadata."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import posixpath
+import shutil
+import tempfile
+from typing import Any, Iterator
+
+import pyarrow.fs as pafs
+
+from trainkit._internal import storage
+
+__all__ = ["Checkpoint"]
+
+
+class Checkpoint:
+    """A directory of checkpoint files, local or on any ``pyarrow.fs`` filesystem.
+
+    Example::
+
+        with tempfile.TemporaryDirectory() as tmp:
+            torch.save(model.state_dict(), os.path.join(tmp, "model.pt"))
+            trainkit.report({"loss": loss}, checkpoint=Checkpoint.from_directory(tmp))
+
+        checkpoint = trainkit.get_checkpoint()
+        if checkpoint:
+            with checkpoint.as_directory() as path:
+                model.load_state_dict(torch.load(os.path.join(path, "model.pt"), weights_only=True))
+    """
+
+    def __init__(self, path: str | os.PathLike, filesystem: pafs.FileSystem | None = None):
+        path = os.fspath(path)
+        if filesystem is None:
+            filesystem, path = storage.resolve_filesystem(path)
+        self.path: str = path
+        self.filesystem: pafs.FileSystem = filesystem
+
+    @classmethod
+    def from_directory(cls, path: str | os.PathLike) -> "Checkpoint":
+        """A checkpoint for a local directory (its files are uploaded when reported)."""
+        return cls(os.path.abspath(os.fspath(path)), pafs.LocalFileSystem())
+
+    def _is_local(self) -> bool:
+        return storage.is_local(self.filesystem)
+
+    def to_directory(self, path: str | os.PathLike | None = None) -> str:
+        """Copy the checkpoint's files into a local directory (a new temp dir by default)."""
+        target = os.fspath(path) if path is not None else tempfile.mkdtemp(prefix="trainkit-ckpt-")
+        if self._is_local() and os.path.abspath(target) == os.path.abspath(self.path):
+            return target
+        storage.download_dir(self.filesystem, self.path, target)
+        return target
+
+    @contextlib.contextmanager
+    def as_directory(self) -> Iterator[str]:
+        """The checkpoint as a local directory: the directory itself when local, else a temp copy."""
+        if self._is_local():
+            yield self.path
+            return
+        target = self.to_directory()
+        try:
+            yield target
+        finally:
+            shutil.rmtree(target, ignore_errors=True)
+
+    # -- metadata ------------------------------------------------------------------------------
+    def _metadata_path(self) -> str:
+        return posixpath.join(self.path, storage.METADATA)
+
+    def get_metadata(self) -> dict[str, Any]:
+        """The checkpoint's JSON metadata (``{}`` when none was set)."""
+        try:
+            with self.filesystem.open_input_stream(self._metadata_path()) as f:
+                return json.loads(f.read().decode())
+        except FileNotFoundError:
+            return {}
+
+    def set_metadata(self, metadata: dict[str, Any]) -> None:
+        """Replace the metadata; it must be JSON-serializable."""
+        data = json.dumps(metadata).encode()
+        self.filesystem.create_dir(self.path, recursive=True)
+        with self.filesystem.open_output_stream(self._metadata_path()) as f:
+            f.write(data)
+
+    def update_metadata(self, metadata: dict[str, Any]) -> None:
+        """Merge ``metadata`` into the existing metadata."""
+        self.set_metadata({**self.get_metadata(), **metadata})
+
+    # -- value semantics -----------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return f"Checkpoint(path={self.path!r}, filesystem={type(self.filesystem).__name__})"
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Checkpoint) and self.path == other.path
+                and type(self.filesystem) is type(other.filesystem))
+
+    def __hash__(self) -> int:
+        return hash(self.path)

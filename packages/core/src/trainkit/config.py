@@ -1,0 +1,246 @@
+"""Run configuration: how many workers, where results go, how failures and checkpoints are handled.
+
+Every config validates at construction: a bad value raises ``ValueError`` naming the field, the
+value and what is allowed, before anything starts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping, Sequence
+
+from trainkit._internal.naming import validate_name
+
+__all__ = ["ScalingConfig", "RunConfig", "FailureConfig", "CheckpointConfig"]
+
+_PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+_MAX_WORKERS = 100_000
+
+
+def _bad(field_name: str, value: Any, allowed: str) -> ValueError:
+    return ValueError(f"{field_name}={value!r} is invalid: expected {allowed}")
+
+
+def _check_int(field_name: str, value: Any, *, minimum: int, maximum: int | None = None) -> int:
+    """An int (not a bool, float or string) within [minimum, maximum]."""
+    allowed = f"an int >= {minimum}" + (f" and <= {maximum}" if maximum is not None else "")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(field_name, value, allowed)
+    if value < minimum or (maximum is not None and value > maximum):
+        raise _bad(field_name, value, allowed)
+    return value
+
+
+def _check_number(field_name: str, value: Any, *, minimum: float, allow_equal: bool = True) -> float:
+    op = ">=" if allow_equal else ">"
+    allowed = f"a finite number {op} {minimum}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _bad(field_name, value, allowed)
+    if value < minimum or (not allow_equal and value == minimum):
+        raise _bad(field_name, value, allowed)
+    return float(value)
+
+
+def _check_bool(field_name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _bad(field_name, value, "True or False")
+    return value
+
+
+@dataclass(frozen=True)
+class ScalingConfig:
+    """How many workers to run and what each one reserves.
+
+    Example::
+
+        ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5})
+        ScalingConfig(num_workers=0)            # local mode: run in this process
+        ScalingConfig(num_workers=(2, 8))       # elastic: at least 2, at most 8
+
+    Attributes:
+        num_workers: workers to start; ``0`` runs the function in the driver process
+            (local mode); ``(min, max)`` is elastic.
+        use_gpu: reserve one GPU per worker (unless ``resources_per_worker`` says otherwise).
+        resources_per_worker: Ray resources per worker; defaults to ``{"CPU": 1}`` (+ ``"GPU": 1``).
+        placement_strategy: Ray placement-group strategy: PACK, SPREAD, STRICT_PACK, STRICT_SPREAD.
+        accelerator_type: Ray accelerator type every worker must run on (e.g. ``"A100"``).
+        use_tpu, topology: TPU slices (see the JAX plugin).
+        label_selector: node labels every worker must match.
+        elastic_resize_monitor_interval_s: how often an elastic run checks for room to grow.
+    """
+
+    num_workers: int | tuple[int, int] = 1
+    use_gpu: bool = False
+    resources_per_worker: Mapping[str, float] | None = None
+    placement_strategy: str = "PACK"
+    accelerator_type: str | None = None
+    use_tpu: bool = False
+    topology: str | None = None
+    label_selector: Mapping[str, str] | None = None
+    elastic_resize_monitor_interval_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        n = self.num_workers
+        if isinstance(n, (tuple, list)):
+            if len(n) != 2:
+                raise _bad("num_workers", n, "an int >= 0 or a (min, max) pair of ints >= 1")
+            lo = _check_int("num_workers[0] (min)", n[0], minimum=1, maximum=_MAX_WORKERS)
+            hi = _check_int("num_workers[1] (max)", n[1], minimum=1, maximum=_MAX_WORKERS)
+            if lo > hi:
+                raise _bad("num_workers", n, "(min, max) with min <= max")
+            object.__setattr__(self, "num_workers", (lo, hi))
+        else:
+            _check_int("num_workers", n, minimum=0, maximum=_MAX_WORKERS)
+        _check_bool("use_gpu", self.use_gpu)
+        _check_bool("use_tpu", self.use_tpu)
+        if self.resources_per_worker is not None:
+            if not isinstance(self.resources_per_worker, Mapping):
+                raise _bad("resources_per_worker", self.resources_per_worker, 'a dict like {"CPU": 1}')
+            for name, amount in self.resources_per_worker.items():
+                if not isinstance(name, str) or not name:
+                    raise _bad("resources_per_worker", self.resources_per_worker, "non-empty string keys")
+                _check_number(f"resources_per_worker[{name!r}]", amount, minimum=0)
+            object.__setattr__(self, "resources_per_worker", dict(self.resources_per_worker))
+        if self.placement_strategy not in _PLACEMENT_STRATEGIES:
+            raise _bad("placement_strategy", self.placement_strategy, f"one of {', '.join(_PLACEMENT_STRATEGIES)}")
+        for name in ("accelerator_type", "topology"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise _bad(name, value, "None or a non-empty string")
+        if self.label_selector is not None and not (
+            isinstance(self.label_selector, Mapping)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in self.label_selector.items())
+        ):
+            raise _bad("label_selector", self.label_selector, "a dict of str to str")
+        _check_number("elastic_resize_monitor_interval_s", self.elastic_resize_monitor_interval_s,
+                      minimum=0, allow_equal=False)
+
+    @property
+    def local_mode(self) -> bool:
+        """True when the train function runs in the driver process (``num_workers=0``)."""
+        return self.num_workers == 0
+
+    @property
+    def elastic(self) -> bool:
+        return isinstance(self.num_workers, tuple)
+
+    @property
+    def min_workers(self) -> int:
+        return self.num_workers[0] if isinstance(self.num_workers, tuple) else self.num_workers
+
+    @property
+    def max_workers(self) -> int:
+        return self.num_workers[1] if isinstance(self.num_workers, tuple) else self.num_workers
+
+    @property
+    def worker_resources(self) -> dict[str, float]:
+        """Ray resources reserved by one worker."""
+        if self.resources_per_worker is not None:
+            resources = dict(self.resources_per_worker)
+        else:
+            resources = {"CPU": 1.0}
+            if self.use_gpu:
+                resources["GPU"] = 1.0
+        if self.use_gpu and not resources.get("GPU"):
+            raise _bad("resources_per_worker", self.resources_per_worker,
+                       'a "GPU" amount > 0 when use_gpu=True')
+        if self.accelerator_type:
+            resources[f"accelerator_type:{self.accelerator_type}"] = 0.001
+        return {k: float(v) for k, v in resources.items() if v}
+
+
+@dataclass(frozen=True)
+class FailureConfig:
+    """What to do when a worker dies or raises.
+
+    Attributes:
+        max_failures: how many times the whole worker group is restarted from the last committed
+            checkpoint before the run fails; ``0`` (default) fails on the first error, ``-1`` retries
+            forever.
+    """
+
+    max_failures: int = 0
+
+    def __post_init__(self) -> None:
+        _check_int("max_failures", self.max_failures, minimum=-1)
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """Which checkpoints to keep.
+
+    Attributes:
+        num_to_keep: keep this many committed checkpoints (None keeps all); the latest is always kept.
+        checkpoint_score_attribute: metric ranking checkpoints for retention and ``best_checkpoints``;
+            None ranks by recency.
+        checkpoint_score_order: ``"max"`` or ``"min"``.
+    """
+
+    num_to_keep: int | None = None
+    checkpoint_score_attribute: str | None = None
+    checkpoint_score_order: Literal["max", "min"] = "max"
+
+    def __post_init__(self) -> None:
+        if self.num_to_keep is not None:
+            _check_int("num_to_keep", self.num_to_keep, minimum=1)
+        if self.checkpoint_score_attribute is not None and (
+            not isinstance(self.checkpoint_score_attribute, str) or not self.checkpoint_score_attribute
+        ):
+            raise _bad("checkpoint_score_attribute", self.checkpoint_score_attribute, "None or a metric name")
+        if self.checkpoint_score_order not in ("max", "min"):
+            raise _bad("checkpoint_score_order", self.checkpoint_score_order, '"max" or "min"')
+
+
+_VERBOSITY = (0, 1, 2)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Where a run lives and how it behaves.
+
+    Example::
+
+        RunConfig(name="digits", storage_path="s3://bucket/runs",
+                  checkpoint_config=CheckpointConfig(num_to_keep=2))
+
+    Attributes:
+        name: run name, the directory under ``storage_path``; letters, digits, ``.``, ``_``, ``-``.
+            Re-running with the same name resumes the run.
+        storage_path: local path or URI (``s3://``, ``gs://``, ...); default ``~/trainkit_results``
+            (or ``$TRAINKIT_STORAGE_PATH``).
+        storage_filesystem: a ``pyarrow.fs.FileSystem`` to use for ``storage_path``.
+        failure_config, checkpoint_config: see those classes.
+        callbacks: ``trainkit.UserCallback`` objects called in the driver.
+        verbose: 0 quiet, 1 progress line and summary (default; ``$TRAINKIT_VERBOSE``), 2 also every report.
+    """
+
+    name: str | None = None
+    storage_path: str | None = None
+    storage_filesystem: Any = None
+    failure_config: FailureConfig = field(default_factory=FailureConfig)
+    checkpoint_config: CheckpointConfig = field(default_factory=CheckpointConfig)
+    callbacks: Sequence[Any] = ()
+    verbose: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.name is not None:
+            validate_name("name", self.name)
+        if self.storage_path is not None and (not isinstance(self.storage_path, str) or not self.storage_path):
+            if hasattr(self.storage_path, "__fspath__"):
+                object.__setattr__(self, "storage_path", str(self.storage_path))
+            else:
+                raise _bad("storage_path", self.storage_path, "a local path or URI string")
+        if "\0" in (self.storage_path or ""):
+            raise _bad("storage_path", self.storage_path, "a path without NUL bytes")
+        if self.failure_config is None:
+            object.__setattr__(self, "failure_config", FailureConfig())
+        if self.checkpoint_config is None:
+            object.__setattr__(self, "checkpoint_config", CheckpointConfig())
+        if not isinstance(self.failure_config, FailureConfig):
+            raise _bad("failure_config", self.failure_config, "a trainkit.FailureConfig")
+        if not isinstance(self.checkpoint_config, CheckpointConfig):
+            raise _bad("checkpoint_config", self.checkpoint_config, "a trainkit.CheckpointConfig")
+        object.__setattr__(self, "callbacks", tuple(self.callbacks or ()))
+        if self.verbose is not None and self.verbose not in _VERBOSITY:
+            raise _bad("verbose", self.verbose, "0, 1 or 2")

@@ -1,0 +1,70 @@
+"""Functions a training function calls: ``report``, ``get_context``, ``get_checkpoint``, ..."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from trainkit._internal.session import CheckpointUploadMode, TrainContext, get_session
+from trainkit.checkpoint import Checkpoint
+
+__all__ = ["report", "get_context", "get_checkpoint", "get_dataset_shard", "get_all_reported_checkpoints"]
+
+
+def report(
+    metrics: dict[str, Any],
+    checkpoint: Checkpoint | None = None,
+    checkpoint_dir_name: str | None = None,
+    checkpoint_upload_mode: CheckpointUploadMode = CheckpointUploadMode.SYNC,
+    delete_local_checkpoint_after_upload: bool | None = None,
+    checkpoint_upload_fn: Callable[[Checkpoint, str], Checkpoint] | None = None,
+    validation: Any = None,
+) -> None:
+    """Report metrics, and optionally a checkpoint, from every worker.
+
+    Never waits for the driver. Every rank must call ``report()`` the same number of times; the
+    driver consolidates report *i* once all ranks made it, keeps rank 0's metrics, and commits the
+    checkpoint files that any rank attached. Metrics policy: see ``trainkit._internal.metrics``.
+
+    Example::
+
+        for epoch in range(3):
+            loss = train_one_epoch()
+            with tempfile.TemporaryDirectory() as tmp:
+                torch.save(model.state_dict(), f"{tmp}/model.pt")
+                trainkit.report({"epoch": epoch, "loss": loss}, checkpoint=Checkpoint.from_directory(tmp))
+    """
+    if validation is not None:
+        raise NotImplementedError("report(validation=...) is not supported yet")
+    get_session("report").report(
+        metrics, checkpoint, checkpoint_dir_name, checkpoint_upload_mode,
+        delete_local_checkpoint_after_upload, checkpoint_upload_fn)
+
+
+def get_context() -> TrainContext:
+    """This worker's ranks, world size, run name and storage.
+
+    Example::
+
+        ctx = trainkit.get_context()
+        print(ctx.get_world_rank(), ctx.get_world_size())
+    """
+    return get_session("get_context").context
+
+
+def get_checkpoint() -> Checkpoint | None:
+    """The checkpoint to resume from: the last committed one of this run, or None on a fresh start."""
+    return get_session("get_checkpoint").checkpoint
+
+
+def get_dataset_shard(name: str = "train") -> Any:
+    """This worker's shard of the dataset passed to the trainer as ``datasets={name: ...}``."""
+    datasets = get_session("get_dataset_shard").datasets
+    if name not in datasets:
+        raise KeyError(f"no dataset named {name!r}; the trainer was given {sorted(datasets) or 'none'}")
+    return datasets[name]
+
+
+def get_all_reported_checkpoints(timeout: float | None = None) -> list[tuple[Checkpoint, dict[str, Any]]]:
+    """``(checkpoint, metrics)`` of every checkpoint committed so far in this attempt, waiting until
+    all checkpoints this rank reported are committed."""
+    return get_session("get_all_reported_checkpoints").all_reported_checkpoints(timeout)

@@ -1,0 +1,110 @@
+"""``DataParallelTrainer`` runs a training function on every worker; ``Trainer`` picks a backend by name."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from trainkit.backend import BackendConfig
+from trainkit.config import RunConfig, ScalingConfig
+from trainkit.result import Result
+
+__all__ = ["DataParallelTrainer", "Trainer"]
+
+
+def _check_picklable(fn: Callable) -> None:
+    """Fail before any worker starts when the function can't be shipped to workers."""
+    from ray import cloudpickle
+
+    try:
+        cloudpickle.dumps(fn)
+    except Exception as exc:  # noqa: BLE001 - any pickling failure gets the same explanation
+        raise TypeError(
+            f"train_loop_per_worker {getattr(fn, '__qualname__', fn)!r} cannot be sent to workers: {exc}. "
+            "Create locks, sockets, open files and clients inside the function instead of capturing them."
+        ) from exc
+
+
+class DataParallelTrainer:
+    """Run ``train_loop_per_worker`` on ``scaling_config.num_workers`` workers.
+
+    Example::
+
+        def train_fn(config):
+            for epoch in range(config["epochs"]):
+                trainkit.report({"epoch": epoch})
+
+        trainer = trainkit.DataParallelTrainer(
+            train_fn, train_loop_config={"epochs": 3},
+            scaling_config=trainkit.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}))
+        result = trainer.fit()
+    """
+
+    def __init__(
+        self,
+        train_loop_per_worker: Callable,
+        *,
+        train_loop_config: dict[str, Any] | None = None,
+        backend_config: BackendConfig | None = None,
+        scaling_config: ScalingConfig | None = None,
+        run_config: RunConfig | None = None,
+        datasets: dict[str, Any] | None = None,
+        dataset_config: Any = None,
+        validation_config: Any = None,
+    ):
+        if not callable(train_loop_per_worker):
+            raise TypeError(f"train_loop_per_worker must be callable, got {type(train_loop_per_worker).__name__}")
+        if train_loop_config is not None and not isinstance(train_loop_config, dict):
+            raise TypeError(f"train_loop_config must be a dict, got {type(train_loop_config).__name__}")
+        for field_name, value, cls in (("scaling_config", scaling_config, ScalingConfig),
+                                       ("run_config", run_config, RunConfig),
+                                       ("backend_config", backend_config, BackendConfig)):
+            if value is not None and not isinstance(value, cls):
+                raise TypeError(f"{field_name} must be a trainkit.{cls.__name__}, got {type(value).__name__}")
+        if dataset_config is not None or validation_config is not None:
+            raise NotImplementedError("dataset_config and validation_config are not supported yet")
+        self.train_loop_per_worker = train_loop_per_worker
+        self.train_loop_config = train_loop_config
+        self.backend_config = backend_config or BackendConfig()
+        self.scaling_config = scaling_config or ScalingConfig()
+        self.run_config = run_config or RunConfig()
+        self.datasets = datasets
+
+    def fit(self) -> Result:
+        """Run training to the end and return its ``Result``.
+
+        Raises ``TrainingFailedError`` (also in ``Result.error``) when the run fails after its retries.
+        """
+        from trainkit._internal.controller import Controller
+
+        if not self.scaling_config.local_mode:
+            _check_picklable(self.train_loop_per_worker)
+        controller = Controller(
+            train_fn=self.train_loop_per_worker, train_loop_config=self.train_loop_config,
+            backend_config=self.backend_config, scaling_config=self.scaling_config,
+            run_config=self.run_config, datasets=self.datasets,
+            default_name=f"{type(self).__name__}_{time.strftime('%Y-%m-%d_%H-%M-%S')}")
+        result = controller.run()
+        if result.error is not None:
+            raise result.error
+        return result
+
+
+class Trainer(DataParallelTrainer):
+    """A trainer for any installed backend, by name.
+
+    Example::
+
+        trainer = trainkit.Trainer(train_fn, backend="torch",
+                                   scaling_config=trainkit.ScalingConfig(num_workers=2))
+    """
+
+    def __init__(self, train_loop_per_worker: Callable, *, backend: str,
+                 backend_config: BackendConfig | None = None, **kwargs: Any):
+        from trainkit._internal.plugins import get_plugins
+
+        entry = get_plugins().backend(backend)
+        if backend_config is not None and not isinstance(backend_config, entry.config_cls):
+            raise TypeError(f"backend_config for backend {backend!r} must be a {entry.config_cls.__name__}, "
+                            f"got {type(backend_config).__name__}")
+        super().__init__(train_loop_per_worker, backend_config=backend_config or entry.config_cls(), **kwargs)

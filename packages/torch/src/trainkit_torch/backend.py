@@ -1,0 +1,73 @@
+"""``TorchBackend``: forms and tears down the ``torch.distributed`` process group on the workers."""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+
+from trainkit import Backend
+
+from trainkit_torch.config import TorchConfig
+from trainkit_torch.train_loop_utils import gpu_index
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _address_and_port(loopback: bool) -> tuple[str, int]:
+    import ray
+
+    host = "127.0.0.1" if loopback else ray.util.get_node_ip_address()
+    return host, _free_port(host)
+
+
+def _init_process_group(backend: str | None, init_method: str, master: tuple[str, int], rank: int,
+                        world_size: int, timeout_s: float) -> str:
+    import torch
+    import torch.distributed as dist
+
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    addr, port = master
+    os.environ.update(MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
+    url = "env://" if init_method == "env" else f"tcp://{addr}:{port}"
+    if backend == "nccl":
+        torch.cuda.set_device(gpu_index())
+    dist.init_process_group(backend, init_method=url, rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=timeout_s))
+    return backend
+
+
+def _set_rank_env(world_rank: int, local_rank: int, local_world_size: int, node_rank: int) -> None:
+    os.environ.update(LOCAL_RANK=str(local_rank), LOCAL_WORLD_SIZE=str(local_world_size),
+                      NODE_RANK=str(node_rank), GROUP_RANK=str(node_rank))
+
+
+def _destroy_process_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+class TorchBackend(Backend):
+    def on_start(self, worker_group, backend_config: TorchConfig) -> None:
+        workers = worker_group.workers
+        loopback = len({w.node_id for w in workers}) == 1
+        master = worker_group.execute_single(0, _address_and_port, loopback)
+        import ray
+
+        node_sizes: dict[int, int] = {}
+        for w in workers:
+            node_sizes[w.node_rank] = node_sizes.get(w.node_rank, 0) + 1
+        ray.get([w.actor.execute.remote(_set_rank_env, w.world_rank, w.local_rank, node_sizes[w.node_rank],
+                                        w.node_rank) for w in workers])
+        ray.get([w.actor.execute.remote(_init_process_group, backend_config.backend, backend_config.init_method,
+                                        master, w.world_rank, len(workers), backend_config.timeout_s)
+                 for w in workers])
+
+    def on_shutdown(self, worker_group, backend_config: TorchConfig) -> None:
+        worker_group.execute(_destroy_process_group)

@@ -1,0 +1,40 @@
+"""``TorchConfig``: process-group settings. Importing this module does not import torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainkit import BackendConfig
+
+
+@dataclass
+class TorchConfig(BackendConfig):
+    """How workers form a ``torch.distributed`` process group.
+
+    Attributes:
+        backend: ``"gloo"``, ``"nccl"`` or any backend torch knows; None picks nccl on GPUs, else gloo.
+        init_method: ``"env"`` (MASTER_ADDR/PORT) or ``"tcp"``.
+        timeout_s: collective timeout; a collective stuck longer fails with an error.
+    """
+
+    backend: str | None = None
+    init_method: str = "env"
+    timeout_s: float = 1800.0
+
+    def __post_init__(self) -> None:
+        if self.init_method not in ("env", "tcp"):
+            raise ValueError(f"init_method={self.init_method!r} is invalid: expected 'env' or 'tcp'")
+        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or self.timeout_s <= 0:
+            raise ValueError(f"timeout_s={self.timeout_s!r} is invalid: expected a number > 0")
+        if self.backend is not None and (not isinstance(self.backend, str) or not self.backend):
+            raise ValueError(f"backend={self.backend!r} is invalid: expected None, 'gloo', 'nccl' or another torch backend")
+
+    @property
+    def backend_cls(self):
+        from trainkit_torch.backend import TorchBackend
+
+        return TorchBackend
+
+    @property
+    def name(self) -> str:
+        return "torch"
