@@ -153,8 +153,12 @@ def load_plugins() -> Plugins:
             continue
         dist = getattr(ep, "dist", None)
         info = PluginInfo(ep.name, dist.name if dist else None, dist.version if dist else None)
-        if ep.name in deny or (allow and ep.name not in allow) or (not autoload and ep.name not in allow):
-            info.status, info.reason = "disabled", "by TRAINKIT_PLUGINS / TRAINKIT_DISABLED_PLUGINS / TRAINKIT_DISABLE_PLUGIN_AUTOLOAD"
+        disabled = ("listed in TRAINKIT_DISABLED_PLUGINS" if ep.name in deny
+                    else "not listed in TRAINKIT_PLUGINS" if allow and ep.name not in allow
+                    else "TRAINKIT_DISABLE_PLUGIN_AUTOLOAD is set" if not autoload and ep.name not in allow
+                    else None)
+        if disabled:
+            info.status, info.reason = "disabled", disabled
             plugins.infos[ep.name] = info
             continue
         try:

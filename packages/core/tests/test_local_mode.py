@@ -1,0 +1,40 @@
+"""num_workers=0 runs the function in the driver process, with the same API and storage, and no Ray."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+
+def test_local_mode_runs_in_process_without_ray(tmp_path):
+    script = textwrap.dedent(f"""
+        import json, os, sys, tempfile
+        import trainkit
+
+        def train_fn(config):
+            ctx = trainkit.get_context()
+            assert (ctx.get_world_rank(), ctx.get_world_size(), ctx.get_local_rank()) == (0, 1, 0)
+            for step in range(config["steps"]):
+                with tempfile.TemporaryDirectory() as tmp:
+                    open(os.path.join(tmp, "w.txt"), "w").write(str(step))
+                    trainkit.report({{"step": step, "pid": os.getpid()}},
+                                    checkpoint=trainkit.Checkpoint.from_directory(tmp))
+            committed = trainkit.get_all_reported_checkpoints(timeout=5)
+            return len(committed)
+
+        result = trainkit.DataParallelTrainer(
+            train_fn, train_loop_config={{"steps": 3}},
+            scaling_config=trainkit.ScalingConfig(num_workers=0),
+            run_config=trainkit.RunConfig(name="local", storage_path={str(tmp_path)!r}, verbose=0,
+                                          checkpoint_config=trainkit.CheckpointConfig(num_to_keep=1))).fit()
+        print(json.dumps({{"metrics": result.metrics, "driver_pid": os.getpid(), "ray": "ray" in sys.modules,
+                          "return_value": result.return_value, "checkpoint": result.checkpoint.path}}))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["metrics"]["pid"] == summary["driver_pid"] and summary["metrics"]["step"] == 2
+    assert summary["ray"] is False
+    assert summary["return_value"] == 3
+    assert sorted(os.listdir(tmp_path / "local")) == ["checkpoint_000002", "metrics.jsonl", "run_state.json",
+                                                      "run_state.json.prev"]

@@ -1,0 +1,54 @@
+"""Ranks on a 2-node cluster simulated with ray.cluster_utils.Cluster."""
+
+import pytest
+
+import trainkit
+from trainkit import DataParallelTrainer, ScalingConfig
+
+
+@pytest.fixture(scope="module")
+def two_node_cluster():
+    import ray
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    cluster.add_node(num_cpus=2)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def where_am_i():
+    import ray
+
+    ctx = trainkit.get_context()
+    trainkit.report({"rank": ctx.get_world_rank(), "local_rank": ctx.get_local_rank(),
+                     "local_world_size": ctx.get_local_world_size(), "node_rank": ctx.get_node_rank(),
+                     "node_id": ray.get_runtime_context().get_node_id()})
+
+
+class Collect(trainkit.UserCallback):
+    def after_report(self, run_context, metrics, checkpoint):
+        self.metrics = metrics
+
+
+@pytest.mark.parametrize("strategy", ["SPREAD", "PACK"])
+def test_ranks_are_contiguous_per_node(two_node_cluster, run_config, strategy):
+    collect = Collect()
+    DataParallelTrainer(where_am_i, scaling_config=ScalingConfig(num_workers=4 if strategy == "SPREAD" else 2,
+                                                                 placement_strategy=strategy),
+                        run_config=run_config(callbacks=[collect])).fit()
+    rows = collect.metrics
+    assert [r["rank"] for r in rows] == list(range(len(rows)))
+    nodes = [r["node_id"] for r in rows]
+    if strategy == "SPREAD":  # 4 workers over 2 nodes: 2 per node, ranks 0-1 on node 0, 2-3 on node 1
+        assert len(set(nodes)) == 2 and nodes[0] == nodes[1] and nodes[2] == nodes[3]
+        assert [r["node_rank"] for r in rows] == [0, 0, 1, 1]
+        assert [r["local_rank"] for r in rows] == [0, 1, 0, 1]
+        assert {r["local_world_size"] for r in rows} == {2}
+    else:  # 2 workers packed on one node
+        assert len(set(nodes)) == 1 and [r["local_rank"] for r in rows] == [0, 1]

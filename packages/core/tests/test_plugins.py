@@ -1,0 +1,113 @@
+"""The entry-point loader, tested against real (generated) installed distributions in a fresh process."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+GOOD = '''
+from dataclasses import dataclass
+from trainkit import BackendConfig, hookimpl
+
+FRAMEWORK = {framework!r}
+
+@dataclass
+class ToyConfig(BackendConfig):
+    pass
+
+@hookimpl
+def trainkit_register_backends(registry):
+    registry.register({backend!r}, ToyConfig)
+'''
+
+
+def make_dist(site, name, module_source, requires=(), entry=None):
+    """Write an installed distribution ``name`` with one module and a trainkit.plugins entry point."""
+    module = f"{name.replace('-', '_')}_plugin"
+    (site / f"{module}.py").write_text(textwrap.dedent(module_source))
+    info = site / f"{name.replace('-', '_')}-1.0.dist-info"  # as wheels name it
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: %s\nVersion: 1.0\n%s" % (
+        name, "".join(f"Requires-Dist: {r}\n" for r in requires)))
+    (info / "entry_points.txt").write_text(f"[trainkit.plugins]\n{entry or name} = {module}\n")
+
+
+def load(site, **env):
+    code = textwrap.dedent("""
+        import json, dataclasses
+        from trainkit._internal.plugins import get_plugins
+        p = get_plugins()
+        print(json.dumps({"infos": {k: dataclasses.asdict(v) for k, v in p.infos.items()},
+                          "backends": {k: e.plugin for k, e in p.backends.entries.items()}}))
+    """)
+    full_env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", **env}
+    out = subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def site(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    make_dist(site, "toy-good", GOOD.format(framework="pluggy", backend="toy"), requires=["pluggy>=1.0"],
+              entry="toy")
+    make_dist(site, "toy-broken", "raise ImportError('boom at import')", entry="broken")
+    make_dist(site, "toy-typo", "from trainkit import hookimpl\n\n@hookimpl\ndef trainkit_register_backend(registry):\n"
+              "    pass\n", entry="typo")
+    make_dist(site, "toy-raises", "from trainkit import hookimpl\n\n@hookimpl\ndef trainkit_register_backends(registry):"
+              "\n    registry.register('half', object)\n    raise RuntimeError('register failed')\n", entry="raises")
+    make_dist(site, "toy-nofw", GOOD.format(framework="no-such-framework", backend="nofw"), entry="nofw")
+    make_dist(site, "toy-oldfw", GOOD.format(framework="pluggy", backend="oldfw"), requires=["pluggy<1.0"],
+              entry="oldfw")
+    return site
+
+
+def test_broken_plugins_are_isolated_and_reasons_given(site):
+    result = load(site)
+    infos, backends = result["infos"], result["backends"]
+    assert backends.get("toy") == "toy" and infos["toy"]["status"] == "loaded"
+    assert infos["toy"]["framework"] == "pluggy" and infos["toy"]["distribution"] == "toy-good"
+    assert infos["broken"]["status"] == "error" and "boom at import" in infos["broken"]["reason"]
+    assert infos["typo"]["status"] == "error" and "trainkit_register_backend" in infos["typo"]["reason"]
+    assert infos["raises"]["status"] == "error" and "half" not in backends
+    assert infos["nofw"]["status"] == "skipped" and "no-such-framework is not installed" in infos["nofw"]["reason"]
+    assert infos["oldfw"]["status"] == "skipped" and "outside the supported range <1.0" in infos["oldfw"]["reason"]
+
+
+def test_allow_and_deny_lists(site):
+    denied = load(site, TRAINKIT_DISABLED_PLUGINS="toy,broken")
+    assert denied["infos"]["toy"]["status"] == "disabled" and "toy" not in denied["backends"]
+    assert "TRAINKIT_DISABLED_PLUGINS" in denied["infos"]["toy"]["reason"]
+    allowed = load(site, TRAINKIT_PLUGINS="toy")
+    assert allowed["infos"]["toy"]["status"] == "loaded"
+    assert allowed["infos"]["broken"]["status"] == "disabled"
+    no_auto = load(site, TRAINKIT_DISABLE_PLUGIN_AUTOLOAD="1")
+    assert {i["status"] for i in no_auto["infos"].values()} == {"disabled"}
+    no_auto_but_allowed = load(site, TRAINKIT_DISABLE_PLUGIN_AUTOLOAD="1", TRAINKIT_PLUGINS="toy")
+    assert no_auto_but_allowed["infos"]["toy"]["status"] == "loaded"
+
+
+def test_unknown_backend_lists_installed_and_suggests_package(site):
+    code = ("import trainkit\ntry:\n    trainkit.Trainer(lambda: None, backend='jax')\n"
+            "except ValueError as e:\n    print(e)\n")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert "Unknown backend 'jax'" in out and "toy" in out and "pip install trainkit-jax" in out
+    code = code.replace("'jax'", "'oldfw'")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert "installed but skipped" in out and "<1.0" in out
+
+
+def test_cli_lists_plugins(site):
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    out = subprocess.run([sys.executable, "-m", "trainkit.cli", "plugins", "--json"], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    rows = {row["name"]: row for row in json.loads(out)}
+    assert rows["toy"]["backends"] == ["toy"] and rows["toy"]["version"] == "1.0"
+    assert rows["broken"]["status"] == "error"
+    table = subprocess.run([sys.executable, "-m", "trainkit.cli", "plugins"], env=env,
+                           capture_output=True, text=True, check=True).stdout
+    assert "toy-good" in table and "skipped" in table

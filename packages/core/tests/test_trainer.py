@@ -1,0 +1,138 @@
+"""DataParallelTrainer on real Ray workers (no ML framework): reports, commits, failures, resume."""
+
+import json
+import os
+import tempfile
+import time
+
+import pytest
+
+import trainkit
+from trainkit import Checkpoint, DataParallelTrainer, FailureConfig, ScalingConfig, TrainingFailedError
+
+TWO = ScalingConfig(num_workers=2)
+
+
+def report_with_shards(config):
+    ctx = trainkit.get_context()
+    rank = ctx.get_world_rank()
+    for step in range(config["steps"]):
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, f"shard-{rank}.txt"), "w") as f:
+                f.write(f"step {step} rank {rank}")
+            trainkit.report({"step": step, "rank": rank, "world": ctx.get_world_size()},
+                            checkpoint=Checkpoint.from_directory(tmp))
+    print(f"hello from {rank}")
+    return f"done {rank}"
+
+
+class Recorder(trainkit.UserCallback):
+    def __init__(self):
+        self.reports = []
+
+    def after_report(self, run_context, metrics, checkpoint):
+        self.reports.append((metrics, checkpoint))
+
+
+def test_two_workers_report_and_commit(ray_cluster, run_config, capfd):
+    recorder = Recorder()
+    result = DataParallelTrainer(report_with_shards, train_loop_config={"steps": 3}, scaling_config=TWO,
+                                 run_config=run_config(callbacks=[recorder])).fit()
+    assert result.error is None and result.return_value == "done 0"
+    assert result.metrics == {"step": 2, "rank": 0, "world": 2}
+    assert sorted(os.listdir(result.checkpoint.path)) == [".manifest.json", "shard-0.txt", "shard-1.txt"]
+    manifest = json.load(open(os.path.join(result.checkpoint.path, ".manifest.json")))
+    assert sorted(manifest["files"]) == ["shard-0.txt", "shard-1.txt"]
+    assert [m for m, _ in recorder.reports][1] == [{"step": 1, "rank": 0, "world": 2}, {"step": 1, "rank": 1, "world": 2}]
+    lines = [json.loads(line) for line in open(os.path.join(result.path, "metrics.jsonl"))]
+    assert [line["index"] for line in lines] == [0, 1, 2]
+    assert [c.path.rsplit("/", 1)[1] for c, _ in result.best_checkpoints] == \
+        ["checkpoint_000000", "checkpoint_000001", "checkpoint_000002"]
+    assert json.load(open(os.path.join(result.path, "run_state.json")))["status"] == "finished"
+    out = capfd.readouterr().out
+    assert "(rank 0) hello from 0" in out and "(rank 1) hello from 1" in out
+    assert trainkit.Result.from_path(result.path).checkpoint == result.checkpoint
+
+
+def fail_on_rank_one():
+    trainkit.report({"x": 1})
+    if trainkit.get_context().get_world_rank() == 1:
+        raise ValueError("bad input on rank one")
+    time.sleep(120)  # rank 0 would wait forever without fail-fast teardown
+
+
+def test_error_on_one_rank_stops_all_with_type_and_traceback(ray_cluster, run_config):
+    start = time.monotonic()
+    with pytest.raises(TrainingFailedError) as info:
+        DataParallelTrainer(fail_on_rank_one, scaling_config=TWO, run_config=run_config()).fit()
+    elapsed = time.monotonic() - start
+    error = info.value
+    assert error.rank == 1 and error.error_type == "ValueError"
+    assert isinstance(error.__cause__, ValueError) and "bad input on rank one" in str(error)
+    assert "fail_on_rank_one" in error.worker_traceback
+    print(f"R6: failure on rank 1 surfaced and all ranks torn down in {elapsed:.1f} s")
+    assert elapsed < 60
+
+
+def crash_once_then_resume(config):
+    ctx = trainkit.get_context()
+    checkpoint = trainkit.get_checkpoint()
+    start = 0
+    if checkpoint:
+        with checkpoint.as_directory() as path:
+            start = int(open(os.path.join(path, "step")).read()) + 1
+    for step in range(start, 4):
+        with tempfile.TemporaryDirectory() as tmp:
+            open(os.path.join(tmp, "step"), "w").write(str(step))
+            trainkit.report({"step": step, "attempt": ctx.get_attempt()},
+                            checkpoint=Checkpoint.from_directory(tmp) if ctx.get_world_rank() == 0 else None)
+        if step == 1 and ctx.get_attempt() == 0 and ctx.get_world_rank() == 1:
+            time.sleep(0.5)  # report() returned 0.5 s ago: that checkpoint must survive
+            os._exit(1)  # the process dies, as on an OOM kill
+
+
+def test_restart_from_last_committed_checkpoint(ray_cluster, run_config):
+    result = DataParallelTrainer(crash_once_then_resume, scaling_config=TWO,
+                                 run_config=run_config(failure_config=FailureConfig(max_failures=1))).fit()
+    lines = [json.loads(line) for line in open(os.path.join(result.path, "metrics.jsonl"))]
+    assert [(line["metrics"]["step"], line["metrics"]["attempt"]) for line in lines] == [(0, 0), (1, 0), (2, 1), (3, 1)]
+    assert [line["index"] for line in lines] == [0, 1, 2, 3]
+    state = json.load(open(os.path.join(result.path, "run_state.json")))
+    assert len(state["failures"]) == 1 and state["failures"][0]["type"] == "WorkerDied"
+
+
+def test_retry_budget_is_exact(ray_cluster, run_config):
+    with pytest.raises(TrainingFailedError):
+        DataParallelTrainer(fail_on_rank_one, scaling_config=TWO,
+                            run_config=run_config(name="budget", failure_config=FailureConfig(max_failures=2))).fit()
+    state = json.load(open(os.path.join(run_config().storage_path, "budget", "run_state.json")))
+    assert [f["attempt"] for f in state["failures"]] == [0, 1, 2] and state["status"] == "failed"
+
+
+def test_rerun_with_same_name_resumes(ray_cluster, run_config):
+    config = run_config(name="resumable")
+    first = DataParallelTrainer(report_with_shards, train_loop_config={"steps": 2}, scaling_config=TWO,
+                                run_config=config).fit()
+
+    def check_resume():
+        checkpoint = trainkit.get_checkpoint()
+        assert checkpoint is not None and checkpoint.path.endswith("checkpoint_000001")
+        trainkit.report({"resumed": True})
+
+    second = DataParallelTrainer(check_resume, scaling_config=TWO, run_config=config).fit()
+    assert second.path == first.path and second.metrics == {"resumed": True}
+    indices = [json.loads(line)["index"] for line in open(os.path.join(second.path, "metrics.jsonl"))]
+    assert indices == [0, 1, 2]
+
+
+def test_unpicklable_function_fails_before_workers_start(run_config):
+    import threading
+
+    lock = threading.Lock()
+
+    def uses_lock():
+        with lock:
+            pass
+
+    with pytest.raises(TypeError, match="cannot be sent to workers"):
+        DataParallelTrainer(uses_lock, scaling_config=TWO, run_config=run_config()).fit()
