@@ -86,7 +86,8 @@ class _DeviceLoader:
 
     def __init__(self, loader: "DataLoader", device: "torch.device", move: bool):
         self._loader, self._device, self._move = loader, device, move
-        self._epoch = 0
+        self._passes = 0
+        self._auto_epoch = 0  # the epoch we last set; anything else was set by the user
 
     def __len__(self) -> int:
         return len(self._loader)
@@ -107,9 +108,10 @@ class _DeviceLoader:
 
     def __iter__(self) -> Iterator[Any]:
         sampler = getattr(self._loader, "sampler", None)
-        if hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(self._epoch)  # a different shuffle each epoch, without user code
-        self._epoch += 1
+        if hasattr(sampler, "set_epoch") and getattr(sampler, "epoch", 0) == self._auto_epoch:
+            self._auto_epoch = self._passes  # a new shuffle each pass, unless the user set the epoch
+            sampler.set_epoch(self._auto_epoch)
+        self._passes += 1
         for batch in self._loader:
             yield self._to_device(batch) if self._move else batch
 

@@ -1,0 +1,104 @@
+"""TorchTrainer on 2 real Ray workers with a gloo process group."""
+
+import pytest
+import torch
+
+import trainkit
+from trainkit import ScalingConfig
+from trainkit_torch import TorchConfig, TorchTrainer, get_device, prepare_data_loader, prepare_model
+
+
+def ddp_fn(config):
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, TensorDataset
+
+    ctx = trainkit.get_context()
+    rank = ctx.get_world_rank()
+    ranks = torch.tensor([float(rank)])
+    dist.all_reduce(ranks)
+    torch.manual_seed(0)
+    model = prepare_model(torch.nn.Linear(4, 1))
+    dataset = TensorDataset(torch.arange(40, dtype=torch.float32).reshape(10, 4), torch.arange(10.0))
+    loader = prepare_data_loader(DataLoader(dataset, batch_size=5, shuffle=True))
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    seen = []
+    for _epoch in range(2):
+        order = []
+        for x, y in loader:
+            order += y.tolist()
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x).squeeze(1), y).backward()
+            optimizer.step()
+        seen.append(order)
+    params = torch.cat([p.detach().flatten() for p in model.parameters()])
+    trainkit.report({"rank": rank, "rank_sum": ranks.item(), "seen": seen, "params": params.tolist(),
+                     "wrapped": type(model).__name__, "backend": dist.get_backend(),
+                     "device": str(get_device())})
+
+
+class Collect(trainkit.UserCallback):
+    def after_report(self, run_context, metrics, checkpoint):
+        self.metrics = metrics
+
+
+def test_ddp_on_two_workers_communicates_and_shards(ray_cluster, run_config):
+    collect = Collect()
+    TorchTrainer(ddp_fn, scaling_config=ScalingConfig(num_workers=2),
+                 run_config=run_config(callbacks=[collect])).fit()
+    r0, r1 = collect.metrics
+    assert r0["rank_sum"] == r1["rank_sum"] == 1.0  # a real all-reduce across the two workers
+    assert r0["backend"] == "gloo" and r0["wrapped"] == "DistributedDataParallel" and r0["device"] == "cpu"
+    assert r0["params"] == r1["params"]  # different data per rank, identical replicas after DDP steps
+    for epoch in range(2):  # each epoch: disjoint shards that cover the data set
+        assert sorted(r0["seen"][epoch] + r1["seen"][epoch]) == list(range(10))
+    assert r0["seen"][0] != r0["seen"][1] or r1["seen"][0] != r1["seen"][1]  # the sampler epoch advanced
+
+
+def test_trainer_by_backend_name(ray_cluster, run_config):
+    def fn():
+        import torch.distributed as dist
+
+        trainkit.report({"world": dist.get_world_size()})
+
+    trainer = trainkit.Trainer(fn, backend="torch", scaling_config=ScalingConfig(num_workers=2),
+                               run_config=run_config())
+    assert isinstance(trainer.backend_config, TorchConfig)
+    assert trainer.fit().metrics == {"world": 2}
+
+
+def test_local_mode_leaves_model_unwrapped(run_config):
+    def fn():
+        model = prepare_model(torch.nn.Linear(2, 1))
+        trainkit.report({"wrapped": type(model).__name__, "device": str(get_device())})
+
+    result = TorchTrainer(fn, scaling_config=ScalingConfig(num_workers=0), run_config=run_config()).fit()
+    assert result.metrics == {"wrapped": "Linear", "device": "cpu"}
+
+
+@pytest.mark.parametrize("kwargs", [{"init_method": "file"}, {"timeout_s": 0}, {"timeout_s": True}, {"backend": ""}])
+def test_torch_config_validation(kwargs):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        TorchConfig(**kwargs)
+
+
+def fsdp_on_cpu():
+    prepare_model(torch.nn.Linear(2, 1), parallel_strategy="fsdp")
+
+
+def test_fsdp_on_cpu_fails_with_advice(ray_cluster, run_config):
+    with pytest.raises(trainkit.TrainingFailedError, match="needs GPUs"):
+        TorchTrainer(fsdp_on_cpu, scaling_config=ScalingConfig(num_workers=2), run_config=run_config()).fit()
+    with pytest.raises(ValueError, match="parallel_strategy='zero' is invalid"):
+        prepare_model(torch.nn.Linear(2, 1), parallel_strategy="zero")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="FSDP and NCCL need CUDA GPUs; this machine has none")
+def test_fsdp_on_gpus(ray_cluster, run_config):
+    def fn():
+        import torch.distributed as dist
+
+        model = prepare_model(torch.nn.Linear(8, 8), parallel_strategy="fsdp")
+        trainkit.report({"wrapped": type(model).__name__, "backend": dist.get_backend()})
+
+    result = TorchTrainer(fn, scaling_config=ScalingConfig(num_workers=2, use_gpu=True), run_config=run_config()).fit()
+    assert result.metrics == {"wrapped": "FullyShardedDataParallel", "backend": "nccl"}
