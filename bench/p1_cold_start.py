@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import rounds, save, summarize, timed  # noqa: E402
 
-JOB = str(Path(__file__).parent / "p1_job.py")
+JOB = str(Path(__file__).parent / "_p1_job.py")
 
 
 def variant(mode: str):

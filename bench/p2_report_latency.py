@@ -8,6 +8,7 @@ Target (TARGETS.md): p50 <= 1 ms, p99 <= 10 ms.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -42,39 +43,43 @@ def run_trainkit(calls: int, storage: str) -> dict[str, float]:
 
 
 def run_raytrain(calls: int, storage: str) -> dict[str, float]:
-    import ray
     import ray.train
-    from ray.train import DataParallelTrainer
-
-    collected = []
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
     def fn():
         durations = loop(ray.train.report, calls)
-        if ray.train.get_context().get_world_rank() == 0:
-            ray.train.report({"durations": durations})
+        if ray.train.get_context().get_world_rank() == 0:  # Ray Train 2.x keeps no metrics without checkpoints
+            with open(f"{storage}/raytrain-durations.json", "w") as f:
+                json.dump(durations, f)
 
-    result = DataParallelTrainer(fn, scaling_config=ray.train.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+    DataParallelTrainer(fn, scaling_config=ray.train.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
                                  run_config=ray.train.RunConfig(name="p2ray", storage_path=storage)).fit()
-    collected = result.metrics.get("durations") or []
-    ray.shutdown()
-    return percentiles(collected)
+    with open(f"{storage}/raytrain-durations.json") as f:
+        return percentiles(json.load(f))
 
 
 def main() -> None:
+    import json
+    import subprocess
     import tempfile
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--raytrain-calls", type=int, default=5)
     parser.add_argument("--no-raytrain", action="store_true")
+    parser.add_argument("--only", choices=["trainkit", "raytrain"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     storage = tempfile.mkdtemp(prefix="p2-")
-    stats = {"trainkit": run_trainkit(args.calls, storage)}
-    import ray
-
-    ray.shutdown()
-    if not args.no_raytrain:
-        stats["raytrain"] = run_raytrain(args.raytrain_calls, storage)
+    if args.only:  # one framework per fresh process, so neither inherits the other's Ray
+        run = run_trainkit if args.only == "trainkit" else run_raytrain
+        print(json.dumps(run(args.calls if args.only == "trainkit" else args.raytrain_calls, storage)))
+        return
+    stats = {}
+    for name in ["trainkit"] + ([] if args.no_raytrain else ["raytrain"]):
+        out = subprocess.run([sys.executable, __file__, "--only", name, "--calls", str(args.calls),
+                              "--raytrain-calls", str(args.raytrain_calls)], capture_output=True, text=True,
+                             check=True, env={**__import__("os").environ, "RAY_TRAIN_V2_ENABLED": "1"})
+        stats[name] = json.loads(out.stdout.strip().splitlines()[-1])
     for name, s in stats.items():
         print(f"P2 {name:9s} report() p50 {s['p50_ms']:.3f} ms  p99 {s['p99_ms']:.3f} ms  max {s['max_ms']:.1f} ms  (n={s['n']})")
     tk = stats["trainkit"]

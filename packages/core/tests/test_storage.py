@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from trainkit import Checkpoint
+from trainkit import Checkpoint, CheckpointCorruptError
 from trainkit._internal.run_state import CheckpointRecord, RunState
 from trainkit._internal.storage import MANIFEST, RunStorage, upload_dir
 from trainkit.config import CheckpointConfig
@@ -12,7 +12,7 @@ from trainkit.config import CheckpointConfig
 @pytest.fixture
 def storage(tmp_path):
     s = RunStorage(str(tmp_path / "root"), "run")
-    s.ensure_run_dir()
+    s.preflight()
     return s
 
 
@@ -28,7 +28,7 @@ def test_commit_writes_manifest_and_renames(storage, tmp_path):
     src = make_dir(tmp_path / "src", {"model.pt": b"weights", "sub/opt.pt": b"o" * 10})
     tmp = storage.tmp_checkpoint_path("checkpoint_000000", 0)
     entries = upload_dir(src, storage.fs, tmp)
-    final = storage.commit_checkpoint(tmp, "checkpoint_000000", entries)
+    final = storage.commit_checkpoint(tmp, "checkpoint_000000", entries, {"index": 0, "attempt": 0, "metrics": {}})
     assert not os.path.exists(tmp)
     manifest = json.loads(open(os.path.join(final, MANIFEST)).read())
     assert manifest["files"]["sub/opt.pt"]["size"] == 10
@@ -36,11 +36,51 @@ def test_commit_writes_manifest_and_renames(storage, tmp_path):
     assert open(os.path.join(final, "model.pt"), "rb").read() == b"weights"
 
 
-def test_sweep_removes_only_temporary_dirs(storage, tmp_path):
+def commit(storage, tmp_path, name, index, files=None, metrics=None):
+    src = make_dir(tmp_path / f"src-{name}", files or {"model.pt": f"weights {index}".encode()})
+    tmp = storage.tmp_checkpoint_path(name, 0)
+    return storage.commit_checkpoint(tmp, name, upload_dir(src, storage.fs, tmp),
+                                     {"index": index, "attempt": 0, "metrics": metrics or {"i": index}})
+
+
+def test_sweep_removes_temporary_and_uncommitted_dirs(storage, tmp_path):
     upload_dir(make_dir(tmp_path / "a", {"f": b"1"}), storage.fs, storage.tmp_checkpoint_path("checkpoint_000001", 3))
-    os.makedirs(storage.path("checkpoint_000000"))
-    assert storage.sweep_tmp() == [".tmp-checkpoint_000001-3"]
+    os.makedirs(storage.path("checkpoint_000002"))  # partial: no manifest
+    commit(storage, tmp_path, "checkpoint_000000", 0)
+    assert sorted(storage.sweep()) == [".tmp-checkpoint_000001-3", "checkpoint_000002"]
     assert sorted(os.listdir(storage.run_path)) == ["checkpoint_000000"]
+
+
+def test_verify_detects_tampering(storage, tmp_path):
+    final = commit(storage, tmp_path, "checkpoint_000000", 0, files={"a.bin": b"abc", "b.bin": b"def"})
+    ckpt = Checkpoint(final, storage.fs)
+    assert set(ckpt.verify()["files"]) == {"a.bin", "b.bin"}
+    with open(os.path.join(final, "a.bin"), "r+b") as f:
+        f.write(b"X")  # flip a byte
+    with pytest.raises(CheckpointCorruptError, match="a.bin does not match"):
+        ckpt.verify()
+    os.remove(os.path.join(final, "a.bin"))
+    with pytest.raises(CheckpointCorruptError, match="a.bin is missing"):
+        ckpt.verify()
+    manifest = json.load(open(os.path.join(final, MANIFEST)))
+    manifest["files"] = {"../../etc/passwd": {"size": 1, "sha256": "0"}}
+    json.dump(manifest, open(os.path.join(final, MANIFEST), "w"))
+    with pytest.raises(CheckpointCorruptError, match="outside the checkpoint"):
+        ckpt.verify()
+
+
+def test_recover_rebuilds_state_from_manifests(storage, tmp_path):
+    for i in range(3):
+        commit(storage, tmp_path, f"checkpoint_{i:06d}", i)
+    RunState("run", next_report_index=2, checkpoints=[CheckpointRecord("checkpoint_000000", 0, 0, {"i": 0})]).save(storage)
+    state = RunState.recover(storage)  # the commit of index 1 and 2 happened after the state write
+    assert [c.name for c in state.checkpoints] == ["checkpoint_000000", "checkpoint_000001", "checkpoint_000002"]
+    assert state.latest_checkpoint == "checkpoint_000002" and state.next_report_index == 3
+    for name in ("run_state.json", "run_state.json.prev"):
+        with open(storage.path(name), "w") as f:
+            f.write("{torn")
+    state = RunState.recover(storage)
+    assert state.latest_checkpoint == "checkpoint_000002" and state.checkpoints[1].metrics == {"i": 1}
 
 
 def test_state_is_replaced_atomically_and_torn_state_falls_back(storage):

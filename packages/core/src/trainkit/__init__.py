@@ -12,7 +12,10 @@ Example::
                               scaling_config=trainkit.ScalingConfig(num_workers=2)).fit()
 """
 
+from trainkit._internal.lock import RunLockedError
+from trainkit._internal.retry import StorageError
 from trainkit._internal.session import CheckpointUploadMode, TrainContext
+from trainkit._internal.storage import CheckpointCorruptError
 from trainkit.backend import Backend, BackendConfig
 from trainkit.callbacks import RunContext, UserCallback
 from trainkit.checkpoint import Checkpoint
@@ -29,13 +32,16 @@ __all__ = [
     "BackendConfig",
     "Checkpoint",
     "CheckpointConfig",
+    "CheckpointCorruptError",
     "CheckpointUploadMode",
     "DataParallelTrainer",
     "FailureConfig",
     "Result",
     "RunConfig",
     "RunContext",
+    "RunLockedError",
     "ScalingConfig",
+    "StorageError",
     "TrainContext",
     "Trainer",
     "TrainingFailedError",

@@ -24,7 +24,7 @@ Example (a framework that needs a coordinator address on every worker)::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     from trainkit._internal.worker_group import WorkerGroup
@@ -54,6 +54,10 @@ class Backend:
 @dataclass
 class BackendConfig:
     """Framework settings; subclasses are dataclasses and name their backend in ``backend_cls``."""
+
+    #: Modules every worker starts importing the moment its process is up, while the driver is
+    #: still placing and wiring the group (e.g. ``("torch", "torch.distributed")``).
+    prewarm_modules: ClassVar[tuple[str, ...]] = ()
 
     @property
     def backend_cls(self) -> type[Backend]:

@@ -8,11 +8,12 @@ import os
 import posixpath
 import shutil
 import tempfile
-from typing import Any, Iterator
-
-import pyarrow.fs as pafs
+from typing import TYPE_CHECKING, Any, Iterator
 
 from trainkit._internal import storage
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
 
 __all__ = ["Checkpoint"]
 
@@ -32,16 +33,18 @@ class Checkpoint:
                 model.load_state_dict(torch.load(os.path.join(path, "model.pt"), weights_only=True))
     """
 
-    def __init__(self, path: str | os.PathLike, filesystem: pafs.FileSystem | None = None):
+    def __init__(self, path: str | os.PathLike, filesystem: "pafs.FileSystem | None" = None):
         path = os.fspath(path)
         if filesystem is None:
             filesystem, path = storage.resolve_filesystem(path)
         self.path: str = path
-        self.filesystem: pafs.FileSystem = filesystem
+        self.filesystem: "pafs.FileSystem" = filesystem
 
     @classmethod
     def from_directory(cls, path: str | os.PathLike) -> "Checkpoint":
         """A checkpoint for a local directory (its files are uploaded when reported)."""
+        import pyarrow.fs as pafs
+
         return cls(os.path.abspath(os.fspath(path)), pafs.LocalFileSystem())
 
     def _is_local(self) -> bool:
@@ -66,6 +69,14 @@ class Checkpoint:
             yield target
         finally:
             shutil.rmtree(target, ignore_errors=True)
+
+    def verify(self) -> dict[str, Any]:
+        """Check every file against the manifest written at commit; return the manifest.
+
+        Raises ``trainkit.CheckpointCorruptError`` when a file is missing, altered, or listed outside
+        the checkpoint, or when there is no manifest (the checkpoint was never committed).
+        """
+        return storage.verify_checkpoint(self.filesystem, self.path)
 
     # -- metadata ------------------------------------------------------------------------------
     def _metadata_path(self) -> str:

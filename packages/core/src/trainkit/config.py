@@ -158,12 +158,16 @@ class FailureConfig:
         max_failures: how many times the whole worker group is restarted from the last committed
             checkpoint before the run fails; ``0`` (default) fails on the first error, ``-1`` retries
             forever.
+        worker_timeout_s: a worker that does not answer the driver's heartbeat for this long (a
+            frozen or partitioned process) fails the attempt with an error naming its rank.
     """
 
     max_failures: int = 0
+    worker_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
         _check_int("max_failures", self.max_failures, minimum=-1)
+        _check_number("worker_timeout_s", self.worker_timeout_s, minimum=0, allow_equal=False)
 
 
 @dataclass(frozen=True)
@@ -242,5 +246,11 @@ class RunConfig:
         if not isinstance(self.checkpoint_config, CheckpointConfig):
             raise _bad("checkpoint_config", self.checkpoint_config, "a trainkit.CheckpointConfig")
         object.__setattr__(self, "callbacks", tuple(self.callbacks or ()))
-        if self.verbose is not None and self.verbose not in _VERBOSITY:
+        if self.verbose is not None and (isinstance(self.verbose, bool) or self.verbose not in _VERBOSITY):
             raise _bad("verbose", self.verbose, "0, 1 or 2")
+
+    def __repr__(self) -> str:
+        from trainkit._internal.redact import redact
+
+        fields = ", ".join(f"{name}={redact(repr(getattr(self, name)))}" for name in self.__dataclass_fields__)
+        return f"RunConfig({fields})"

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
-
-import pyarrow.fs as pafs
+from typing import TYPE_CHECKING, Any, Literal
 
 from trainkit._internal import storage as storage_mod
 from trainkit.checkpoint import Checkpoint
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
 
 __all__ = ["Result", "TrainingFailedError"]
 
@@ -42,7 +43,7 @@ class Result:
     metrics: dict[str, Any] | None
     checkpoint: Checkpoint | None
     path: str
-    filesystem: pafs.FileSystem | None = None
+    filesystem: "pafs.FileSystem | None" = None
     error: BaseException | None = None
     best_checkpoints: list[tuple[Checkpoint, dict[str, Any]]] = field(default_factory=list)
     return_value: Any = None
@@ -79,7 +80,7 @@ class Result:
         return pick(scored, key=lambda sc: sc[0])[1]
 
     @classmethod
-    def from_path(cls, path: str, storage_filesystem: pafs.FileSystem | None = None) -> "Result":
+    def from_path(cls, path: str, storage_filesystem: "pafs.FileSystem | None" = None) -> "Result":
         """Read a run's result from its directory (local path or URI)."""
         from trainkit._internal.run_state import RunState
 

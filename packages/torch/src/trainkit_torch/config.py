@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from trainkit import BackendConfig
 
@@ -16,6 +17,8 @@ class TorchConfig(BackendConfig):
         init_method: ``"env"`` (MASTER_ADDR/PORT) or ``"tcp"``.
         timeout_s: collective timeout; a collective stuck longer fails with an error.
     """
+
+    prewarm_modules: ClassVar[tuple[str, ...]] = ("torch", "torch.distributed", "torch.nn.parallel")
 
     backend: str | None = None
     init_method: str = "env"

@@ -12,6 +12,8 @@ from typing import Any, Callable
 from trainkit._internal import storage as storage_mod
 from trainkit._internal.display import Display
 from trainkit._internal.events import Failed, Finished, Output, Report
+from trainkit._internal import faults
+from trainkit._internal.lock import RunLock
 from trainkit._internal.plugins import get_plugins
 from trainkit._internal.run_state import CheckpointRecord, RunState
 from trainkit._internal.session import Session, TrainContext, set_session
@@ -26,7 +28,6 @@ from trainkit.result import Result, TrainingFailedError
 logger = logging.getLogger("trainkit")
 
 POLL_S = 2.0  # a worker answers a poll at least this often (heartbeat)
-WORKER_TIMEOUT_S = float(os.environ.get("TRAINKIT_WORKER_TIMEOUT_S", "60"))  # silent longer => hung
 
 
 @dataclass
@@ -42,6 +43,11 @@ def _training_error(event: Failed) -> TrainingFailedError:
         rank=event.rank, error_type=event.type_name, worker_traceback=event.traceback)
     error.__cause__ = event.exception
     return error
+
+
+def _forwarded_env() -> dict[str, str]:
+    """trainkit's own settings follow the driver to its workers."""
+    return {k: v for k, v in os.environ.items() if k.startswith("TRAINKIT_")}
 
 
 class Controller:
@@ -68,24 +74,50 @@ class Controller:
     # -- run -------------------------------------------------------------------------------------
     def run(self) -> Result:
         storage = self.storage
-        storage.ensure_run_dir()
-        state = RunState.load(storage.fs, storage.run_path)
+        storage.preflight()  # an unusable storage path fails here, before any worker exists
+        lock = RunLock(storage)
+        lock.acquire()
+        try:
+            self._prepare_state()
+            if not self.scaling.local_mode:
+                from trainkit._internal.ray_runtime import ensure_ray
+
+                ensure_ray()
+            return self._run_attempts(lock)
+        finally:
+            lock.release()
+
+    def _prepare_state(self) -> None:
+        storage = self.storage
+        state = RunState.recover(storage)
         if state is None:
-            state = RunState(storage.name, backend=self.backend_config.name,
-                             num_workers=self.scaling.max_workers)
+            state = RunState(storage.name, backend=self.backend_config.name, num_workers=self.scaling.max_workers)
         else:
             state.attempt += 1
             state.next_report_index = max(state.next_report_index, self._last_logged_index() + 1)
-            self.resumed_from = state.latest_checkpoint
         state.status, state.error = "running", None
         self.state = state
-        storage.sweep_tmp()
+        self._select_resume_checkpoint()
         state.save(storage)
-        if not self.scaling.local_mode:
-            from trainkit._internal.ray_runtime import ensure_ray
 
-            ensure_ray()
+    def _select_resume_checkpoint(self) -> None:
+        """Resume from the newest committed checkpoint whose files match its manifest."""
+        state, storage = self.state, self.storage
+        storage.sweep()
+        for record in sorted(state.checkpoints, key=lambda c: c.index, reverse=True):
+            try:
+                storage_mod.verify_checkpoint(storage.fs, storage.path(record.name))
+            except storage_mod.CheckpointCorruptError as exc:
+                self.display.note(f"skipping checkpoint {record.name}: {exc}")
+                state.checkpoints.remove(record)
+                continue
+            state.latest_checkpoint = self.resumed_from = record.name
+            return
+        state.latest_checkpoint = self.resumed_from = None
 
+    def _run_attempts(self, lock: RunLock) -> Result:
+        state, storage = self.state, self.storage
+        self._lock = lock
         self.display.start()
         failures, max_failures = 0, self.run_config.failure_config.max_failures
         try:
@@ -110,6 +142,8 @@ class Controller:
                                   f"restarting from {state.latest_checkpoint or 'scratch'}")
                 state.attempt += 1
                 self._pending.clear()
+                self._acks.clear()
+                self._select_resume_checkpoint()
                 state.save(storage)
         finally:
             self.display.stop()
@@ -155,7 +189,8 @@ class Controller:
         group = None
         try:
             group = WorkerGroup.start(self.scaling, num_workers, run_name=self.storage.name,
-                                      attempt=self.state.attempt, storage=self.storage)
+                                      attempt=self.state.attempt, storage=self.storage, env=_forwarded_env(),
+                                      prewarm_modules=self.backend_config.prewarm_modules)
             self.plugins.hook.trainkit_setup_accelerators(worker_group=group, scaling_config=self.scaling,
                                                           backend_config=self.backend_config)
             backend.on_start(group, self.backend_config)
@@ -185,17 +220,18 @@ class Controller:
         import ray
 
         outcome = _Attempt()
+        timeout_s = self.run_config.failure_config.worker_timeout_s
         refs: dict[Any, int] = {}
         last_seen = {w.world_rank: time.monotonic() for w in group.workers}
         running = set(last_seen)
 
         def poll(rank: int) -> None:
-            refs[group.workers[rank].actor.poll.remote(POLL_S, self._acks.pop(rank, []))] = rank
+            refs[group.workers[rank].actor.poll.remote(min(POLL_S, timeout_s / 2), self._acks.pop(rank, []))] = rank
 
         for rank in running:
             poll(rank)
         while running:
-            ready, _ = ray.wait(list(refs), num_returns=1, timeout=POLL_S)
+            ready, _ = ray.wait(list(refs), num_returns=1, timeout=min(POLL_S, timeout_s))
             now = time.monotonic()
             for ref in ready:
                 rank = refs.pop(ref)
@@ -222,11 +258,12 @@ class Controller:
                         return outcome
                 if rank in running:
                     poll(rank)
-            hung = sorted(r for r in running if now - last_seen[r] > WORKER_TIMEOUT_S)
+            self._lock.refresh()
+            hung = sorted(r for r in running if now - last_seen[r] > timeout_s)
             if hung:
                 outcome.error = TrainingFailedError(
-                    f"rank(s) {hung} stopped responding for more than {WORKER_TIMEOUT_S:.0f} s "
-                    "(TRAINKIT_WORKER_TIMEOUT_S)", rank=hung[0], error_type="WorkerHung")
+                    f"rank(s) {hung} stopped responding for more than {timeout_s:g} s "
+                    "(FailureConfig.worker_timeout_s)", rank=hung[0], error_type="WorkerHung")
                 return outcome
         self._warn_unmatched_reports()
         return outcome
@@ -265,9 +302,14 @@ class Controller:
             self._consolidate(index, self._pending.pop(index))
 
     def _consolidate(self, index: int, reports: dict[int, Report]) -> None:
+        """Report ``index`` is complete: commit its checkpoint, log it, save state, apply retention.
+
+        The order is the durability argument: files are committed (manifest + rename) before the
+        state names them, and retention deletes only after the state stopped naming them.
+        """
         state, storage = self.state, self.storage
         metrics = reports[0].metrics
-        checkpoint = None
+        checkpoint, name = None, None
         with_files = [r for r in reports.values() if r.tmp_path]
         if with_files:
             names = {r.checkpoint_name for r in with_files}
@@ -277,16 +319,19 @@ class Controller:
             for r in sorted(with_files, key=lambda r: r.rank):
                 files.update({e.path: e for e in r.files})
             name = with_files[0].checkpoint_name
-            checkpoint = Checkpoint(storage.commit_checkpoint(with_files[0].tmp_path, name, files.values()), storage.fs)
+            path = storage.commit_checkpoint(with_files[0].tmp_path, name, files.values(),
+                                             {"index": index, "attempt": state.attempt, "metrics": metrics})
+            checkpoint = Checkpoint(path, storage.fs)
             state.add_checkpoint(CheckpointRecord(name, index, state.attempt, metrics))
         state.next_report_index = index + 1
         state.last_metrics = metrics
         storage.append_line(storage_mod.METRICS, json.dumps(
-            {"index": index, "attempt": state.attempt, "time": time.time(),
-             "checkpoint": checkpoint and with_files[0].checkpoint_name, "metrics": metrics}))
+            {"index": index, "attempt": state.attempt, "time": time.time(), "checkpoint": name, "metrics": metrics}))
         if checkpoint is not None:
+            faults.point("before_state")
             dropped = state.apply_retention(self.run_config.checkpoint_config, {self.resumed_from} - {None})
             state.save(storage)
+            faults.point("before_retention")
             for record in dropped:
                 storage.delete_dir(storage.path(record.name))
             if self._local_session is not None:
@@ -295,7 +340,7 @@ class Controller:
                 for rank in range(self._world_size):
                     self._acks.setdefault(rank, []).append((index, checkpoint, metrics))
         all_metrics = [reports[r].metrics for r in sorted(reports)]
-        self.display.report(index, metrics, checkpoint and with_files[0].checkpoint_name)
+        self.display.report(index, metrics, name)
         self.plugins.hook.trainkit_after_report(run_name=storage.name, index=index, metrics=metrics,
                                                 all_metrics=all_metrics, checkpoint=checkpoint)
         self._callbacks("after_report", self._run_context(), all_metrics, checkpoint)

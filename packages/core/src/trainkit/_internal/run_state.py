@@ -8,13 +8,14 @@ import math
 import posixpath
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
-
-import pyarrow.fs as pafs
+from typing import TYPE_CHECKING, Any
 
 from trainkit._internal import storage as storage_mod
 from trainkit.checkpoint import Checkpoint
 from trainkit.config import CheckpointConfig
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
 
 logger = logging.getLogger("trainkit")
 FORMAT = 1
@@ -60,7 +61,7 @@ class RunState:
         storage.write_json_atomic(storage_mod.STATE, self.to_json())
 
     @classmethod
-    def load(cls, fs: pafs.FileSystem, run_path: str) -> "RunState | None":
+    def load(cls, fs: "pafs.FileSystem", run_path: str) -> "RunState | None":
         """The state, falling back to the previous copy when the current one is torn or corrupt."""
         for name in (storage_mod.STATE, storage_mod.STATE + ".prev"):
             try:
@@ -71,6 +72,31 @@ class RunState:
             except (ValueError, TypeError, KeyError) as exc:
                 logger.warning("trainkit: %s in %s is unreadable (%s); trying the previous copy", name, run_path, exc)
         return None
+
+    @classmethod
+    def recover(cls, storage: storage_mod.RunStorage) -> "RunState | None":
+        """The state, reconciled with the committed checkpoints on disk (their manifests are the
+        truth): adopts commits the state missed (a crash before its write, or a fall back to the
+        previous copy), forgets records whose directory is gone. None for a new run."""
+        state = cls.load(storage.fs, storage.run_path)
+        committed = storage.committed_checkpoints()
+        if state is None and not committed:
+            return None
+        if state is None:
+            logger.warning("trainkit: no readable run state in %s; rebuilt it from %d committed checkpoint(s)",
+                           storage.run_path, len(committed))
+            state = cls(storage.name)
+        on_disk = {m["name"]: m for m in committed}
+        known = {c.name for c in state.checkpoints}
+        state.checkpoints = [c for c in state.checkpoints if c.name in on_disk]
+        for m in committed:
+            if m["name"] not in known:
+                state.checkpoints.append(CheckpointRecord(m["name"], m["index"], m.get("attempt", 0), m.get("metrics", {})))
+        state.checkpoints.sort(key=lambda c: c.index)
+        state.latest_checkpoint = state.checkpoints[-1].name if state.checkpoints else None
+        if state.checkpoints:
+            state.next_report_index = max(state.next_report_index, state.checkpoints[-1].index + 1)
+        return state
 
     # -- checkpoints -----------------------------------------------------------------------------
     def add_checkpoint(self, record: CheckpointRecord) -> None:
@@ -101,7 +127,7 @@ class RunState:
         self.checkpoints = [c for c in self.checkpoints if c.name in keep]
         return dropped
 
-    def to_result(self, fs: pafs.FileSystem, run_path: str, config: CheckpointConfig | None = None,
+    def to_result(self, fs: "pafs.FileSystem", run_path: str, config: CheckpointConfig | None = None,
                   error: BaseException | None = None, return_value: Any = None) -> Any:
         from trainkit.result import Result
 

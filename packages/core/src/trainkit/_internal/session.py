@@ -131,7 +131,8 @@ class Session:
                 uploaded = checkpoint_upload_fn(checkpoint, tmp_path)
                 files = storage_mod.hash_tree(uploaded.filesystem, uploaded.path)
             else:
-                files = storage_mod.upload_dir(checkpoint.path, self.storage.fs, tmp_path)
+                files = storage_mod.upload_dir(checkpoint.path, self.storage.fs, tmp_path, rank=rank,
+                                               attempt=self.context.attempt, index=index)
             if delete_local_checkpoint_after_upload and mode is not CheckpointUploadMode.NO_UPLOAD:
                 shutil.rmtree(checkpoint.path, ignore_errors=True)
             self.sink(Report(rank, index, metrics, name, tmp_path, files))

@@ -4,11 +4,16 @@ Layout of ``<storage_path>/<name>/``::
 
     run_state.json            driver state, replaced atomically (previous copy: run_state.json.prev)
     metrics.jsonl             one line per consolidated report
-    checkpoint_000003/        committed checkpoint: the ranks' files + .manifest.json
+    .lock                     lease of the driver running this run
+    checkpoint_000003/        committed: the ranks' files + .manifest.json (sizes, sha256, report)
     .tmp-checkpoint_000004-1/ being written by attempt 1; never loaded, swept on start
 
-A checkpoint is committed by writing its manifest (every file's size and sha256) into the
-temporary directory and renaming that directory into place.
+Commit: every rank writes into the temporary directory; the driver writes the manifest and then
+renames the directory into place (local and shared filesystems). Object stores cannot rename a
+directory, so there the files are copied into place and the manifest is written last: a
+checkpoint directory without a manifest is never loaded and is swept.
+
+pyarrow is imported lazily, so ``import trainkit`` stays light.
 """
 
 from __future__ import annotations
@@ -17,14 +22,20 @@ import hashlib
 import json
 import os
 import posixpath
+import re
 import shutil
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-import pyarrow.fs as pafs
-
+from trainkit._internal import faults
 from trainkit._internal.naming import validate_name
+from trainkit._internal.redact import redact
+from trainkit._internal.retry import StorageError, with_retries
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
 
 MANIFEST = ".manifest.json"
 METADATA = ".metadata.json"
@@ -32,24 +43,42 @@ STATE = "run_state.json"
 METRICS = "metrics.jsonl"
 TMP_PREFIX = ".tmp-"
 _CHUNK = 8 << 20
-_UNHASHED = {MANIFEST, METADATA}  # manifest can't hash itself; metadata stays editable
+_UNHASHED = {MANIFEST, METADATA}  # the manifest can't hash itself; metadata stays editable
+_CHECKPOINT_DIR = re.compile(r"checkpoint_\d+")
+
+
+class CheckpointCorruptError(ValueError):
+    """A checkpoint's files do not match its manifest (or it has none)."""
 
 
 def default_storage_path() -> str:
     return os.environ.get("TRAINKIT_STORAGE_PATH") or str(Path("~/trainkit_results").expanduser())
 
 
-def resolve_filesystem(path: str, filesystem: pafs.FileSystem | None = None) -> tuple[pafs.FileSystem, str]:
+def resolve_filesystem(path: str, filesystem: "pafs.FileSystem | None" = None) -> "tuple[pafs.FileSystem, str]":
     """Return ``(filesystem, path inside it)`` for a local path or URI."""
+    import pyarrow.fs as pafs
+
     if filesystem is not None:
         return filesystem, path
     if "://" not in path:
         return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(path))
-    return pafs.FileSystem.from_uri(path)
+    try:
+        return pafs.FileSystem.from_uri(path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow echoes the URI, credentials included
+        raise ValueError(f"storage_path={redact(path)!r} is invalid: {redact(str(exc))}") from None
 
 
-def is_local(fs: pafs.FileSystem) -> bool:
+def is_local(fs: "pafs.FileSystem") -> bool:
+    import pyarrow.fs as pafs
+
     return isinstance(fs, pafs.LocalFileSystem)
+
+
+def _exists(fs: "pafs.FileSystem", path: str) -> bool:
+    import pyarrow.fs as pafs
+
+    return fs.get_file_info(path).type != pafs.FileType.NotFound
 
 
 @dataclass(frozen=True)
@@ -68,32 +97,38 @@ def _walk_local(root: str) -> Iterable[tuple[str, str]]:
             yield absolute, Path(os.path.relpath(absolute, root)).as_posix()
 
 
-def upload_dir(local_dir: str, fs: pafs.FileSystem, dest: str) -> list[FileEntry]:
+def _copy_hashing(src: str, fs: "pafs.FileSystem", target: str) -> tuple[int, str]:
+    digest, size = hashlib.sha256(), 0
+    with open(src, "rb") as f, fs.open_output_stream(target) as out:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+            out.write(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
+
+
+def upload_dir(local_dir: str, fs: "pafs.FileSystem", dest: str, **where: int) -> list[FileEntry]:
     """Copy every file of ``local_dir`` into ``dest`` on ``fs``, hashing as it goes."""
     if not os.path.isdir(local_dir):
         raise ValueError(f"checkpoint directory {local_dir!r} does not exist or is not a directory")
     entries = []
-    fs.create_dir(dest, recursive=True)
+    with_retries("create", dest, lambda: fs.create_dir(dest, recursive=True))
     for absolute, rel in _walk_local(local_dir):
         if rel == MANIFEST:  # a manifest copied from another checkpoint is not ours
             continue
         target = posixpath.join(dest, rel)
-        parent = posixpath.dirname(target)
-        if parent != dest:
-            fs.create_dir(parent, recursive=True)
-        digest = hashlib.sha256()
-        size = 0
-        with open(absolute, "rb") as src, fs.open_output_stream(target) as out:
-            while chunk := src.read(_CHUNK):
-                digest.update(chunk)
-                out.write(chunk)
-                size += len(chunk)
+        if posixpath.dirname(target) != dest:
+            fs.create_dir(posixpath.dirname(target), recursive=True)
+        size, sha = with_retries("upload", target, lambda: _copy_hashing(absolute, fs, target))
         if rel not in _UNHASHED:
-            entries.append(FileEntry(rel, size, digest.hexdigest()))
+            entries.append(FileEntry(rel, size, sha))
+        faults.point("upload_file", **where)
     return entries
 
 
-def download_dir(fs: pafs.FileSystem, src: str, local_dir: str) -> None:
+def download_dir(fs: "pafs.FileSystem", src: str, local_dir: str) -> None:
+    import pyarrow.fs as pafs
+
     os.makedirs(local_dir, exist_ok=True)
     if is_local(fs):
         shutil.copytree(src, local_dir, dirs_exist_ok=True)
@@ -101,17 +136,71 @@ def download_dir(fs: pafs.FileSystem, src: str, local_dir: str) -> None:
         pafs.copy_files(src, local_dir, source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
 
 
-class RunStorage:
-    """One run's directory: paths, atomic state, metrics log and checkpoint commits."""
+def hash_tree(fs: "pafs.FileSystem", root: str) -> list[FileEntry]:
+    """Size and sha256 of every file under ``root`` on ``fs`` (for files uploaded by someone else)."""
+    import pyarrow.fs as pafs
 
-    def __init__(self, storage_path: str | None, name: str, filesystem: pafs.FileSystem | None = None):
+    entries = []
+    for info in fs.get_file_info(pafs.FileSelector(root, recursive=True)):
+        rel = posixpath.relpath(info.path, root)
+        if info.type != pafs.FileType.File or rel in _UNHASHED:
+            continue
+        entries.append(FileEntry(rel, info.size, _sha256(fs, info.path)))
+    return entries
+
+
+def _sha256(fs: "pafs.FileSystem", path: str) -> str:
+    digest = hashlib.sha256()
+    with fs.open_input_stream(path) as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_manifest(fs: "pafs.FileSystem", checkpoint_path: str) -> dict[str, Any] | None:
+    try:
+        with fs.open_input_stream(posixpath.join(checkpoint_path, MANIFEST)) as f:
+            manifest = json.loads(f.read().decode())
+        return manifest if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) else None
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def verify_checkpoint(fs: "pafs.FileSystem", checkpoint_path: str) -> dict[str, Any]:
+    """Return the manifest if every file matches it; else raise ``CheckpointCorruptError``."""
+    manifest = read_manifest(fs, checkpoint_path)
+    if manifest is None:
+        raise CheckpointCorruptError(f"{checkpoint_path}: no readable {MANIFEST}; the checkpoint was never committed")
+    for rel, expected in manifest["files"].items():
+        parts = rel.split("/")
+        if rel.startswith("/") or ".." in parts or "" in parts or "\0" in rel:
+            raise CheckpointCorruptError(f"{checkpoint_path}: manifest entry {rel!r} points outside the checkpoint")
+        path = posixpath.join(checkpoint_path, rel)
+        try:
+            actual = _sha256(fs, path)
+            size = fs.get_file_info(path).size
+        except FileNotFoundError:
+            raise CheckpointCorruptError(f"{checkpoint_path}: {rel} is missing") from None
+        if size != expected.get("size") or actual != expected.get("sha256"):
+            raise CheckpointCorruptError(f"{checkpoint_path}: {rel} does not match its sha256/size in the manifest")
+    return manifest
+
+
+class RunStorage:
+    """One run's directory: paths, atomic state, metrics log, checkpoint commits and sweeping."""
+
+    def __init__(self, storage_path: str | None, name: str, filesystem: "pafs.FileSystem | None" = None):
         validate_name("name", name)
         self.name = name
         self.fs, self.root = resolve_filesystem(storage_path or default_storage_path(), filesystem)
         self.run_path = posixpath.join(self.root.rstrip("/"), name)
 
     def __repr__(self) -> str:
-        return f"RunStorage({self.run_path!r})"
+        return f"RunStorage({redact(self.run_path)!r})"
+
+    @property
+    def renames_atomically(self) -> bool:
+        return is_local(self.fs)
 
     # -- paths ---------------------------------------------------------------------------------
     def path(self, *parts: str) -> str:
@@ -122,11 +211,22 @@ class RunStorage:
         return self.path(f"{TMP_PREFIX}{checkpoint_name}-{attempt}")
 
     # -- plain files ---------------------------------------------------------------------------
-    def ensure_run_dir(self) -> None:
-        self.fs.create_dir(self.run_path, recursive=True)
+    def preflight(self) -> None:
+        """Create the run directory and prove it writable and readable, before any worker starts."""
+        probe = self.path(f"{TMP_PREFIX}probe-{uuid.uuid4().hex}")
+        try:
+            self.fs.create_dir(self.run_path, recursive=True)
+            with self.fs.open_output_stream(probe) as f:
+                f.write(b"trainkit")
+            with self.fs.open_input_stream(probe) as f:
+                if f.read() != b"trainkit":
+                    raise OSError(f"read back different bytes from {probe}")
+            self.fs.delete_file(probe)
+        except OSError as exc:
+            raise StorageError("preflight of storage", redact(self.run_path), exc) from exc
 
     def exists(self, *parts: str) -> bool:
-        return self.fs.get_file_info(self.path(*parts)).type != pafs.FileType.NotFound
+        return _exists(self.fs, self.path(*parts))
 
     def read_text(self, *parts: str) -> str | None:
         try:
@@ -135,25 +235,46 @@ class RunStorage:
         except FileNotFoundError:
             return None
 
+    def write_text(self, name: str, text: str) -> None:
+        target = self.path(name)
+
+        def write() -> None:
+            with self.fs.open_output_stream(target) as f:
+                f.write(text.encode())
+
+        with_retries("write", target, write)
+
+    def delete_file(self, name: str) -> None:
+        try:
+            self.fs.delete_file(self.path(name))
+        except FileNotFoundError:
+            pass
+
     def write_json_atomic(self, name: str, obj: Any) -> None:
         """Replace ``name`` atomically, keeping the previous version as ``name.prev``."""
         data = json.dumps(obj, indent=1, sort_keys=True).encode()
         final, tmp, prev = self.path(name), self.path(f"{TMP_PREFIX}{name}"), self.path(f"{name}.prev")
         if is_local(self.fs):
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            if os.path.exists(final):
-                os.replace(final, prev)
-            os.replace(tmp, final)
-            _fsync_dir(self.run_path)
+            def write_local() -> None:
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                if os.path.exists(final):
+                    os.replace(final, prev)
+                os.replace(tmp, final)
+                _fsync_dir(self.run_path)
+
+            with_retries("write", final, write_local)
             return
-        with self.fs.open_output_stream(tmp) as f:
-            f.write(data)
-        if self.exists(name):
-            self.fs.copy_file(final, prev)
-        self.fs.move(tmp, final)
+
+        def write_remote() -> None:
+            if self.exists(name):
+                self.fs.copy_file(final, prev)
+            with self.fs.open_output_stream(final) as f:  # one PUT: atomic on object stores
+                f.write(data)
+
+        with_retries("write", final, write_remote)
 
     def append_line(self, name: str, line: str) -> None:
         target = self.path(name)
@@ -162,35 +283,71 @@ class RunStorage:
                 f.write(line + "\n")
             return
         existing = self.read_text(name) or ""  # object stores cannot append
-        with self.fs.open_output_stream(target) as f:
-            f.write((existing + line + "\n").encode())
+        self.write_text(name, existing + line + "\n")
 
     # -- checkpoints ---------------------------------------------------------------------------
-    def commit_checkpoint(self, tmp_path: str, checkpoint_name: str, files: Iterable[FileEntry]) -> str:
-        """Write the manifest into ``tmp_path`` and rename it to ``checkpoint_name``."""
+    def commit_checkpoint(self, tmp_path: str, checkpoint_name: str, files: Iterable[FileEntry],
+                          report: dict[str, Any]) -> str:
+        """Make ``tmp_path`` the committed checkpoint ``checkpoint_name``; return its path.
+
+        ``report`` (index, attempt, metrics) goes into the manifest, so a committed checkpoint
+        describes itself even if the run state is lost.
+        """
         final = self.path(validate_name("checkpoint_dir_name", checkpoint_name))
-        manifest = {"format": 1, "files": {e.path: {"size": e.size, "sha256": e.sha256}
-                                           for e in sorted(files, key=lambda e: e.path)}}
-        self.fs.create_dir(tmp_path, recursive=True)
-        with self.fs.open_output_stream(posixpath.join(tmp_path, MANIFEST)) as f:
-            f.write(json.dumps(manifest, indent=1).encode())
-        if self.fs.get_file_info(final).type != pafs.FileType.NotFound:
-            self.fs.delete_dir(final)  # an orphan from a crash between rename and state write
-        self.fs.move(tmp_path, final)
+        manifest = json.dumps({"format": 1, "name": checkpoint_name, **report, "files": {
+            e.path: {"size": e.size, "sha256": e.sha256} for e in sorted(files, key=lambda e: e.path)}}, indent=1)
+
+        def write_manifest(directory: str) -> None:
+            with self.fs.open_output_stream(posixpath.join(directory, MANIFEST)) as f:
+                f.write(manifest.encode())
+
+        with_retries("create", tmp_path, lambda: self.fs.create_dir(tmp_path, recursive=True))
+        if _exists(self.fs, final):
+            self.delete_dir(final)  # an orphan from a crash, or a name reported again
+        faults.point("before_commit")
+        if self.renames_atomically:
+            with_retries("write manifest", tmp_path, lambda: write_manifest(tmp_path))
+            faults.point("before_rename")
+            with_retries("rename", final, lambda: self.fs.move(tmp_path, final))
+        else:
+            for entry in files:
+                src, dst = posixpath.join(tmp_path, entry.path), posixpath.join(final, entry.path)
+                with_retries("copy", dst, lambda: self.fs.copy_file(src, dst))
+            faults.point("before_rename")
+            with_retries("write manifest", final, lambda: write_manifest(final))
+            self.delete_dir(tmp_path)
         return final
+
+    def committed_checkpoints(self) -> list[dict[str, Any]]:
+        """Manifests of the checkpoint directories that were committed (no hash check)."""
+        import pyarrow.fs as pafs
+
+        manifests = []
+        for info in self.fs.get_file_info(pafs.FileSelector(self.run_path, allow_not_found=True)):
+            if info.type == pafs.FileType.Directory and not info.base_name.startswith(TMP_PREFIX):
+                manifest = read_manifest(self.fs, info.path)
+                if manifest is not None and manifest.get("name") == info.base_name and "index" in manifest:
+                    manifests.append(manifest)
+        return sorted(manifests, key=lambda m: m["index"])
 
     def delete_dir(self, path: str) -> None:
         try:
-            self.fs.delete_dir(path)
+            with_retries("delete", path, lambda: self.fs.delete_dir(path))
         except FileNotFoundError:
             pass
 
-    def sweep_tmp(self) -> list[str]:
-        """Delete temporary checkpoint directories left by earlier attempts."""
+    def sweep(self) -> list[str]:
+        """Delete temporary directories and checkpoint directories that were never committed."""
+        import pyarrow.fs as pafs
+
         swept = []
-        selector = pafs.FileSelector(self.run_path, allow_not_found=True)
-        for info in self.fs.get_file_info(selector):
-            if info.base_name.startswith(TMP_PREFIX) and info.type == pafs.FileType.Directory:
+        for info in self.fs.get_file_info(pafs.FileSelector(self.run_path, allow_not_found=True)):
+            if info.type != pafs.FileType.Directory:
+                if info.base_name.startswith(TMP_PREFIX + "probe-") or info.base_name == TMP_PREFIX + STATE:
+                    self.fs.delete_file(info.path)
+                continue
+            uncommitted = _CHECKPOINT_DIR.fullmatch(info.base_name) and read_manifest(self.fs, info.path) is None
+            if info.base_name.startswith(TMP_PREFIX) or uncommitted:
                 self.delete_dir(info.path)
                 swept.append(info.base_name)
         return swept
@@ -202,18 +359,3 @@ def _fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def hash_tree(fs: pafs.FileSystem, root: str) -> list[FileEntry]:
-    """Size and sha256 of every file under ``root`` on ``fs`` (for files uploaded by someone else)."""
-    entries = []
-    for info in fs.get_file_info(pafs.FileSelector(root, recursive=True)):
-        rel = posixpath.relpath(info.path, root)
-        if info.type != pafs.FileType.File or rel in _UNHASHED:
-            continue
-        digest = hashlib.sha256()
-        with fs.open_input_stream(info.path) as f:
-            while chunk := f.read(_CHUNK):
-                digest.update(chunk)
-        entries.append(FileEntry(rel, info.size, digest.hexdigest()))
-    return entries

@@ -6,6 +6,7 @@ output, the end) or after ``timeout`` seconds as a heartbeat. Nothing on the rep
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import io
 import os
@@ -74,10 +75,20 @@ def failure_event(rank: int, exc: BaseException) -> Failed:
     return Failed(rank, type(exc).__qualname__, str(exc), tb, original)
 
 
+def _import_all(modules: tuple[str, ...]) -> None:
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the real import later reports any problem
+            return
+
+
 class Worker:
     """One rank. Ray runs it as a threaded actor so ``poll`` answers while training runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, prewarm_modules: tuple[str, ...] = ()) -> None:
+        if prewarm_modules:  # overlap the framework's import with the group's setup round trips
+            threading.Thread(target=_import_all, args=(prewarm_modules,), daemon=True).start()
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._session: Session | None = None
         self._context: TrainContext | None = None

@@ -49,7 +49,8 @@ class WorkerGroup:
 
     @classmethod
     def start(cls, scaling: ScalingConfig, num_workers: int, *, run_name: str, attempt: int,
-              storage: Any, env: dict[str, str] | None = None) -> "WorkerGroup":
+              storage: Any, env: dict[str, str] | None = None,
+              prewarm_modules: tuple[str, ...] = ()) -> "WorkerGroup":
         import ray
         from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -71,7 +72,7 @@ class WorkerGroup:
         remote_worker, options = ray.remote(Worker), _actor_options(resources)
         actors = [
             remote_worker.options(**options, scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i))
-            .remote()
+            .remote(prewarm_modules)
             for i in range(num_workers)
         ]
         try:

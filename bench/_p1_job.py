@@ -1,8 +1,8 @@
 """The P1 job: a tiny 2-process DDP run (3 epochs, 3 small checkpoints), launched three ways.
 
-    torchrun --standalone --nproc_per_node=2 bench/p1_job.py torchrun OUT
-    python bench/p1_job.py trainkit OUT
-    python bench/p1_job.py raytrain OUT
+    torchrun --standalone --nproc_per_node=2 bench/_p1_job.py torchrun OUT
+    python bench/_p1_job.py trainkit OUT
+    python bench/_p1_job.py raytrain OUT
 """
 
 from __future__ import annotations

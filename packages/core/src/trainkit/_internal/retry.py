@@ -1,0 +1,40 @@
+"""Retries for storage calls: transient errors are retried with backoff; persistent ones are
+raised at once as ``StorageError`` with the path and errno."""
+
+from __future__ import annotations
+
+import errno
+import time
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+
+# Errors that retrying cannot fix.
+PERSISTENT = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR,
+              errno.EISDIR, errno.ENAMETOOLONG, errno.EEXIST, errno.ENOTEMPTY, errno.EINVAL}
+BACKOFF_S = (0.1, 0.5, 2.0)
+
+
+class StorageError(OSError):
+    """A storage operation failed for good. ``errno``, ``filename`` and ``operation`` say which."""
+
+    def __init__(self, operation: str, path: str, cause: BaseException):
+        code = getattr(cause, "errno", None)
+        super().__init__(code, f"{operation} {path} failed: {cause}", path)
+        self.operation = operation
+
+
+def with_retries(operation: str, path: str, fn: Callable[[], T], backoff_s: tuple[float, ...] = BACKOFF_S) -> T:
+    """Run ``fn``; retry ``OSError`` that may be transient (I/O errors, 5xx, timeouts) with backoff."""
+    for attempt in range(len(backoff_s) + 1):
+        try:
+            return fn()
+        except StorageError:
+            raise
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            if getattr(exc, "errno", None) in PERSISTENT or attempt == len(backoff_s):
+                raise StorageError(operation, path, exc) from exc
+            time.sleep(backoff_s[attempt])
+    raise AssertionError("unreachable")
