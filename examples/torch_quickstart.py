@@ -18,7 +18,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import trainkit
-from trainkit_torch import TorchTrainer, prepare_data_loader, prepare_model
+from trainkit_torch import TorchTrainer, load_checkpoint, prepare_data_loader, prepare_model
 
 
 def digits_split(part: str) -> TensorDataset:
@@ -55,9 +55,8 @@ def train_fn(config: dict) -> None:
     start_epoch = 0
     checkpoint = trainkit.get_checkpoint()
     if checkpoint:  # resuming after a failure or a re-run of the same run name
-        with checkpoint.as_directory() as path:
-            state = torch.load(os.path.join(path, "model.pt"), weights_only=True)
-        model.module.load_state_dict(state["model"]) if hasattr(model, "module") else model.load_state_dict(state["model"])
+        state = load_checkpoint(checkpoint, "model.pt")
+        (model.module if hasattr(model, "module") else model).load_state_dict(state["model"])
         start_epoch = state["epoch"] + 1
 
     val = digits_split("val")
@@ -92,8 +91,7 @@ def main() -> None:
     result = trainer.fit()
     best = result.get_best_checkpoint("val_accuracy", "max")
     model = make_model()
-    with best.as_directory() as path:
-        model.load_state_dict(torch.load(os.path.join(path, "model.pt"), weights_only=True)["model"])
+    model.load_state_dict(load_checkpoint(best, "model.pt")["model"])
     print(f"best checkpoint: {best.path}")
     print(f"held-out test accuracy: {accuracy(model, digits_split('test')):.3f}")
 

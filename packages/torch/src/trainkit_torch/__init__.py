@@ -13,6 +13,7 @@ Example::
     trainkit_torch.TorchTrainer(train_fn, scaling_config=trainkit.ScalingConfig(num_workers=2)).fit()
 """
 
+from trainkit_torch.checkpoint import load_checkpoint
 from trainkit_torch.config import TorchConfig
 from trainkit_torch.train_loop_utils import (
     enable_reproducibility,
@@ -29,6 +30,7 @@ __all__ = [
     "enable_reproducibility",
     "get_device",
     "get_devices",
+    "load_checkpoint",
     "prepare_data_loader",
     "prepare_model",
 ]

@@ -1,6 +1,12 @@
 """Connect to Ray: an existing cluster (``RAY_ADDRESS`` or an earlier ``ray.init``) or an embedded,
 quiet, loopback-only local one. Ray turns token authentication on for a new local cluster by
-default; trainkit keeps that and only silences the notice."""
+default; trainkit keeps that and only silences the notice.
+
+Loopback only: on Linux Ray replaces a 127.0.0.1 node address with the machine's reachable IP
+and its servers listen on every interface. Ray's ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` switch
+(its single-machine mode) keeps the node address on loopback, so every server of the embedded
+cluster (GCS, raylet, workers, agents) binds 127.0.0.1.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,8 @@ import subprocess
 import time
 
 
-def ensure_ray() -> None:
+def ensure_ray(**init_kwargs: object) -> None:
+    """Connect to Ray unless connected; ``init_kwargs`` (e.g. ``num_cpus``) shape an embedded cluster."""
     import ray
 
     if ray.is_initialized():
@@ -21,11 +28,13 @@ def ensure_ray() -> None:
         ray.init(**quiet)
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # for the cluster's own processes
+    ray._private.ray_constants.ENABLE_RAY_CLUSTER = False  # this process read the flag at import
     notice = logging.getLogger("ray._private.authentication.authentication_token_setup")
     level = notice.level
     notice.setLevel(logging.ERROR)
     try:
-        ray.init(include_dashboard=False, _node_ip_address="127.0.0.1", **quiet)
+        ray.init(include_dashboard=False, _node_ip_address="127.0.0.1", **quiet, **init_kwargs)
     finally:
         notice.setLevel(level)
     atexit.register(_stop_embedded_cluster)  # runs before Ray's own exit hook (atexit is LIFO)

@@ -214,6 +214,11 @@ class RunStorage:
     def preflight(self) -> None:
         """Create the run directory and prove it writable and readable, before any worker starts."""
         probe = self.path(f"{TMP_PREFIX}probe-{uuid.uuid4().hex}")
+        if is_local(self.fs) and os.path.lexists(self.run_path):
+            real_root, real_run = os.path.realpath(self.root), os.path.realpath(self.run_path)
+            if os.path.dirname(real_run) != real_root:
+                raise ValueError(f"run directory {self.run_path} resolves to {real_run}, outside the storage "
+                                 f"path {real_root} (a symlink?); refusing to write there")
         try:
             self.fs.create_dir(self.run_path, recursive=True)
             with self.fs.open_output_stream(probe) as f:

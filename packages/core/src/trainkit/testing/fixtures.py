@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import logging
-import os
 from typing import Any, Callable, Iterator
 
 import pytest
@@ -19,11 +17,11 @@ def ray_cluster() -> Iterator[Any]:
     """A quiet local Ray instance with 4 logical CPUs for the test module (2 workers x 1 CPU fit twice)."""
     import ray
 
+    from trainkit._internal.ray_runtime import ensure_ray
+
     if ray.is_initialized():
         ray.shutdown()
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
-             namespace="trainkit-tests", _node_ip_address="127.0.0.1")
+    ensure_ray(num_cpus=4)
     yield ray
     ray.shutdown()
 
