@@ -328,10 +328,10 @@ class Controller:
         storage.append_line(storage_mod.METRICS, json.dumps(
             {"index": index, "attempt": state.attempt, "time": time.time(), "checkpoint": name, "metrics": metrics}))
         if checkpoint is not None:
-            faults.point("before_state")
+            faults.point("before_state", index=index)
             dropped = state.apply_retention(self.run_config.checkpoint_config, {self.resumed_from} - {None})
             state.save(storage)
-            faults.point("before_retention")
+            faults.point("before_retention", index=index)
             for record in dropped:
                 storage.delete_dir(storage.path(record.name))
             if self._local_session is not None:

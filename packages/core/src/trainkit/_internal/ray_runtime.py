@@ -16,6 +16,8 @@ import os
 import subprocess
 import time
 
+from trainkit._internal import watchdog
+
 
 def ensure_ray(**init_kwargs: object) -> None:
     """Connect to Ray unless connected; ``init_kwargs`` (e.g. ``num_cpus``) shape an embedded cluster."""
@@ -38,6 +40,9 @@ def ensure_ray(**init_kwargs: object) -> None:
     finally:
         notice.setLevel(level)
     atexit.register(_stop_embedded_cluster)  # runs before Ray's own exit hook (atexit is LIFO)
+    node = getattr(ray._private.worker, "_global_node", None)
+    processes = getattr(node, "all_processes", None) or {}
+    watchdog.start([info.process.pid for infos in processes.values() for info in infos])
 
 
 def _stop_embedded_cluster() -> None:
@@ -75,3 +80,4 @@ def _stop_embedded_cluster() -> None:
 
     node.kill_all_processes = kill_all
     ray.shutdown()
+    watchdog.stop()

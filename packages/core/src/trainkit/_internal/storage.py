@@ -309,16 +309,16 @@ class RunStorage:
         with_retries("create", tmp_path, lambda: self.fs.create_dir(tmp_path, recursive=True))
         if _exists(self.fs, final):
             self.delete_dir(final)  # an orphan from a crash, or a name reported again
-        faults.point("before_commit")
+        faults.point("before_commit", index=report.get("index"))
         if self.renames_atomically:
             with_retries("write manifest", tmp_path, lambda: write_manifest(tmp_path))
-            faults.point("before_rename")
+            faults.point("before_rename", index=report.get("index"))
             with_retries("rename", final, lambda: self.fs.move(tmp_path, final))
         else:
             for entry in files:
                 src, dst = posixpath.join(tmp_path, entry.path), posixpath.join(final, entry.path)
                 with_retries("copy", dst, lambda: self.fs.copy_file(src, dst))
-            faults.point("before_rename")
+            faults.point("before_rename", index=report.get("index"))
             with_retries("write manifest", final, lambda: write_manifest(final))
             self.delete_dir(tmp_path)
         return final

@@ -1,0 +1,81 @@
+"""Reaps an embedded Ray cluster whose driver died without stopping it (SIGKILL, OOM kill).
+
+Ray ties its GCS and raylet to the driver's life, but the raylet's own children (its agents) can
+outlive them for a long while. The watchdog is a separate small process, reading a pipe from the
+driver: while the pipe is open it records the process tree under the cluster's root processes;
+when the pipe closes (the driver is gone, however it went) it SIGKILLs whatever of that tree is
+still alive. Standard library only, Linux only (it reads /proc).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+
+_watchdog: subprocess.Popen | None = None
+
+
+def start(root_pids: list[int]) -> None:
+    """Start watching the trees under ``root_pids`` until this process exits."""
+    global _watchdog
+    if not os.path.isdir("/proc") or not root_pids:
+        return
+    _watchdog = subprocess.Popen([sys.executable, __file__, *map(str, root_pids)], stdin=subprocess.PIPE,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def stop() -> None:
+    """The cluster was stopped normally: let the watchdog sweep stragglers and exit."""
+    global _watchdog
+    if _watchdog is not None:
+        _watchdog.stdin.close()
+        _watchdog = None
+
+
+def _stat(pid: int) -> tuple[int, str] | None:
+    """(parent pid, start time) of ``pid``, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[1]), fields[19]
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _tree(roots: list[int]) -> dict[int, str]:
+    children: dict[int, list[int]] = {}
+    starts: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (stat := _stat(int(entry))):
+            children.setdefault(stat[0], []).append(int(entry))
+            starts[int(entry)] = stat[1]
+    found, todo = {}, [p for p in roots if p in starts]
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found[pid] = starts[pid]
+            todo.extend(children.get(pid, []))
+    return found
+
+
+def _main(roots: list[int]) -> None:
+    known: dict[int, str] = {}
+    while True:
+        readable, _, _ = select.select([sys.stdin], [], [], 1.0)
+        known.update(_tree(roots))
+        if readable and not os.read(sys.stdin.fileno(), 1024):
+            break  # EOF: the driver closed the pipe or died
+    for pid, started in known.items():
+        stat = _stat(pid)
+        if stat is not None and stat[1] == started:  # the same process, not a reused pid
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+if __name__ == "__main__":
+    _main([int(p) for p in sys.argv[1:]])

@@ -1,0 +1,45 @@
+"""A driver the reliability tests can kill: ``_driver.py STORAGE NAME STEPS OPTIONS_JSON``.
+
+Each step rank 0 checkpoints a file holding the step; the function resumes from it. Prints one
+JSON line: the first step of the last attempt and the final metrics.
+"""
+
+import json
+import os
+import sys
+import tempfile
+import time
+
+import trainkit
+
+
+def train_fn(config):
+    ctx = trainkit.get_context()
+    checkpoint = trainkit.get_checkpoint()
+    start = 0
+    if checkpoint:
+        with checkpoint.as_directory() as path:
+            start = int(open(os.path.join(path, "step")).read()) + 1
+    for step in range(start, config["steps"]):
+        with tempfile.TemporaryDirectory() as tmp:
+            ckpt = None
+            if ctx.get_world_rank() == 0:
+                open(os.path.join(tmp, "step"), "w").write(str(step))
+                open(os.path.join(tmp, "blob.bin"), "wb").write(os.urandom(64 << 10))
+                ckpt = trainkit.Checkpoint.from_directory(tmp)
+            trainkit.report({"step": step, "start": start, "attempt": ctx.get_attempt(), "t": time.time()},
+                            checkpoint=ckpt)
+        time.sleep(config["sleep"])
+    return start
+
+
+if __name__ == "__main__":
+    storage, name, steps, options = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
+    result = trainkit.DataParallelTrainer(
+        train_fn, train_loop_config={"steps": steps, "sleep": options.get("sleep", 0.05)},
+        scaling_config=trainkit.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+        run_config=trainkit.RunConfig(
+            name=name, storage_path=storage,
+            checkpoint_config=trainkit.CheckpointConfig(num_to_keep=options.get("num_to_keep")),
+            failure_config=trainkit.FailureConfig(max_failures=options.get("max_failures", 0)))).fit()
+    print(json.dumps({"start": result.return_value, "metrics": result.metrics}))

@@ -1,0 +1,121 @@
+"""R1, R2 (worker side), R6, R7: workers dying or raising, with real SIGKILLs."""
+
+import json
+import os
+import random
+import signal
+import statistics
+import tempfile
+import time
+
+import pytest
+
+import trainkit
+from trainkit import Checkpoint, DataParallelTrainer, FailureConfig, ScalingConfig, TrainingFailedError
+
+TWO = ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5})
+
+
+def killed_at_planned_steps(config):
+    """Each attempt a: rank plan[a][0] SIGKILLs itself plan[a][1] steps after its start, 0.5 s after
+    that step's report() returned on every rank."""
+    ctx = trainkit.get_context()
+    checkpoint = trainkit.get_checkpoint()
+    start = 0
+    if checkpoint:
+        with checkpoint.as_directory() as path:
+            start = int(open(os.path.join(path, "step")).read()) + 1
+    attempt, plan = ctx.get_attempt(), config["plan"]
+    for step in range(start, config["steps"]):
+        with tempfile.TemporaryDirectory() as tmp:
+            open(os.path.join(tmp, "step"), "w").write(str(step))
+            trainkit.report({"step": step, "start": start, "attempt": attempt, "t": time.time()},
+                            checkpoint=Checkpoint.from_directory(tmp) if ctx.get_world_rank() == 0 else None)
+        if attempt < len(plan) and ctx.get_world_rank() == plan[attempt][0] and step == start + plan[attempt][1]:
+            time.sleep(0.5)
+            with open(config["kill_log"], "a") as f:
+                f.write(json.dumps({"attempt": attempt, "step": step, "t": time.time()}) + "\n")
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.02)
+
+
+def test_r1_ten_sigkills_resume_from_last_commit(ray_cluster, run_config, tmp_path, figure, check_run_dir):
+    rng = random.Random(1234)
+    plan = [(rng.randrange(2), rng.randrange(1, 3)) for _ in range(10)]
+    kill_log = str(tmp_path / "kills.jsonl")
+    result = DataParallelTrainer(
+        killed_at_planned_steps, train_loop_config={"plan": plan, "steps": 40, "kill_log": kill_log},
+        scaling_config=TWO, run_config=run_config(failure_config=FailureConfig(max_failures=10))).fit()
+    kills = [json.loads(line) for line in open(kill_log)]
+    lines = [json.loads(line) for line in open(os.path.join(result.path, "metrics.jsonl"))]
+    first_report = {}
+    for line in lines:
+        first_report.setdefault(line["metrics"]["attempt"], line["metrics"])
+    resumed_right = sum(first_report[k["attempt"] + 1]["start"] == k["step"] + 1 for k in kills)
+    restart_s = [first_report[k["attempt"] + 1]["t"] - k["t"] for k in kills]
+    state = check_run_dir(result.path)
+    lost = sum(1 for k in kills if f"checkpoint_{[l['index'] for l in lines if l['metrics']['step'] == k['step'] and l['metrics']['attempt'] == k['attempt']][0]:06d}" not in {c['name'] for c in state['checkpoints']})
+    figure("R1", f"recovered {len(kills)}/10 SIGKILLs; resumed from the checkpoint whose report() returned 0.5 s "
+                 f"before the kill {resumed_right}/{len(kills)}; committed checkpoints lost {lost}; "
+                 f"kill -> first report of next attempt p50 {statistics.median(restart_s):.2f} s, "
+                 f"max {max(restart_s):.2f} s")
+    assert len(kills) == 10 and len(state["failures"]) == 10
+    assert resumed_right == 10 and lost == 0
+    assert result.metrics["step"] == 39
+
+
+def killed_mid_upload(config):
+    ctx = trainkit.get_context()
+    checkpoint = trainkit.get_checkpoint()
+    start = 0
+    if checkpoint:
+        with checkpoint.as_directory() as path:
+            start = int(open(os.path.join(path, "step")).read()) + 1
+    for step in range(start, 4):
+        with tempfile.TemporaryDirectory() as tmp:
+            for i in range(3):
+                open(os.path.join(tmp, f"part{i}"), "w").write(str(step))
+            open(os.path.join(tmp, "step"), "w").write(str(step))
+            trainkit.report({"step": step, "start": start}, checkpoint=Checkpoint.from_directory(tmp))
+
+
+def test_r2_sigkill_mid_upload_resumes_from_previous_commit(ray_cluster, run_config, figure, check_run_dir):
+    os.environ["TRAINKIT_FAULT_POINT"] = "upload_file:rank=1:attempt=0:index=2"
+    try:
+        result = DataParallelTrainer(killed_mid_upload, scaling_config=TWO,
+                                     run_config=run_config(failure_config=FailureConfig(max_failures=1))).fit()
+    finally:
+        del os.environ["TRAINKIT_FAULT_POINT"]
+    lines = [json.loads(line)["metrics"] for line in open(os.path.join(result.path, "metrics.jsonl"))]
+    state = check_run_dir(result.path)
+    figure("R2", f"SIGKILL of rank 1 after its first file of checkpoint 2: resumed at step {lines[2]['start']} "
+                 f"(previous commit + 1 = 2); temporary dirs left 0; all {len(state['checkpoints'])} checkpoints verify")
+    assert [m["step"] for m in lines] == [0, 1, 2, 3] and lines[2]["start"] == 2
+
+
+def fail_on_rank_one():
+    trainkit.report({"x": 1})
+    if trainkit.get_context().get_world_rank() == 1:
+        raise ValueError("bad input on rank one")
+    time.sleep(120)  # rank 0 would wait forever without fail-fast teardown
+
+
+def test_r6_one_rank_raises_all_torn_down(ray_cluster, run_config, figure):
+    start = time.monotonic()
+    with pytest.raises(TrainingFailedError) as info:
+        DataParallelTrainer(fail_on_rank_one, scaling_config=TWO, run_config=run_config()).fit()
+    elapsed = time.monotonic() - start
+    err = info.value
+    figure("R6", f"rank 1 raised while rank 0 slept: fit() raised in {elapsed:.2f} s with rank={err.rank}, "
+                 f"type={err.error_type}, traceback kept={'fail_on_rank_one' in err.worker_traceback}")
+    assert err.rank == 1 and isinstance(err.__cause__, ValueError) and elapsed < 5 + 3  # +3: worker start
+
+
+@pytest.mark.parametrize("budget", [0, 1, 3])
+def test_r7_exactly_budget_plus_one_attempts(ray_cluster, run_config, budget, figure):
+    config = run_config(failure_config=FailureConfig(max_failures=budget))
+    with pytest.raises(TrainingFailedError):
+        DataParallelTrainer(fail_on_rank_one, scaling_config=TWO, run_config=config).fit()
+    state = json.load(open(os.path.join(config.storage_path, config.name, "run_state.json")))
+    figure("R7", f"max_failures={budget}: {len(state['failures'])} attempts, then raised")
+    assert len(state["failures"]) == budget + 1 and state["status"] == "failed"
