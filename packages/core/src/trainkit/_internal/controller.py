@@ -14,6 +14,7 @@ from trainkit._internal.display import Display
 from trainkit._internal.events import Failed, Finished, Output, Report
 from trainkit._internal import faults
 from trainkit._internal.lock import RunLock
+from trainkit._internal.retry import StorageError
 from trainkit._internal.plugins import get_plugins
 from trainkit._internal.run_state import CheckpointRecord, RunState
 from trainkit._internal.session import Session, TrainContext, set_session
@@ -147,7 +148,12 @@ class Controller:
                 state.save(storage)
         finally:
             self.display.stop()
-        state.save(storage)
+        try:
+            state.save(storage)
+        except StorageError as exc:
+            if outcome.error is None:
+                raise
+            self.display.note(f"could not record the failure in {storage_mod.STATE}: {exc}")
         result = state.to_result(storage.fs, storage.run_path, self.run_config.checkpoint_config,
                                  error=outcome.error, return_value=outcome.return_value)
         self._callbacks("on_run_end", self._run_context(), result)
@@ -208,8 +214,8 @@ class Controller:
             if isinstance(exc, TrainingFailedError):
                 outcome.error = exc
             else:
-                outcome.error = TrainingFailedError(f"setting up the workers failed: {type(exc).__name__}: {exc}",
-                                                    error_type=type(exc).__qualname__)
+                outcome.error = TrainingFailedError(f"attempt {self.state.attempt} failed in the driver: "
+                                                    f"{type(exc).__name__}: {exc}", error_type=type(exc).__qualname__)
                 outcome.error.__cause__ = exc
         finally:
             if group is not None:
@@ -329,7 +335,10 @@ class Controller:
             {"index": index, "attempt": state.attempt, "time": time.time(), "checkpoint": name, "metrics": metrics}))
         if checkpoint is not None:
             faults.point("before_state", index=index)
+            # The restore source stays through this attempt's first commit (its ranks may still be
+            # reading it when they report); after that every rank has moved past it.
             dropped = state.apply_retention(self.run_config.checkpoint_config, {self.resumed_from} - {None})
+            self.resumed_from = None
             state.save(storage)
             faults.point("before_retention", index=index)
             for record in dropped:

@@ -20,7 +20,8 @@ class StorageError(OSError):
 
     def __init__(self, operation: str, path: str, cause: BaseException):
         code = getattr(cause, "errno", None)
-        super().__init__(code, f"{operation} {path} failed: {cause}", path)
+        reason = getattr(cause, "strerror", None) or str(cause)
+        super().__init__(code, f"{operation} failed: {reason}", path)
         self.operation = operation
 
 

@@ -219,7 +219,7 @@ class RunStorage:
             if os.path.dirname(real_run) != real_root:
                 raise ValueError(f"run directory {self.run_path} resolves to {real_run}, outside the storage "
                                  f"path {real_root} (a symlink?); refusing to write there")
-        try:
+        def probe_round_trip() -> None:
             self.fs.create_dir(self.run_path, recursive=True)
             with self.fs.open_output_stream(probe) as f:
                 f.write(b"trainkit")
@@ -227,8 +227,8 @@ class RunStorage:
                 if f.read() != b"trainkit":
                     raise OSError(f"read back different bytes from {probe}")
             self.fs.delete_file(probe)
-        except OSError as exc:
-            raise StorageError("preflight of storage", redact(self.run_path), exc) from exc
+
+        with_retries("preflight of storage", redact(self.run_path), probe_round_trip)
 
     def exists(self, *parts: str) -> bool:
         return _exists(self.fs, self.path(*parts))
@@ -317,6 +317,7 @@ class RunStorage:
         else:
             for entry in files:
                 src, dst = posixpath.join(tmp_path, entry.path), posixpath.join(final, entry.path)
+                self.fs.create_dir(posixpath.dirname(dst), recursive=True)
                 with_retries("copy", dst, lambda: self.fs.copy_file(src, dst))
             faults.point("before_rename", index=report.get("index"))
             with_retries("write manifest", final, lambda: write_manifest(final))

@@ -1,0 +1,161 @@
+"""S1-S6: bad configs, metrics, names and symlinks, malicious checkpoints, credentials, listeners."""
+
+import os
+import pickle
+import threading
+import time
+
+import psutil
+import pytest
+
+import trainkit
+from trainkit import Checkpoint, DataParallelTrainer, RunConfig, ScalingConfig, TrainingFailedError
+
+
+def test_s1_invalid_configs_rejected_at_construction(figure):
+    bad = [{"num_workers": v} for v in (True, -1, 2.5, "2", (2, 1), (0, 0), 10**6)]
+    bad += [{"resources_per_worker": {"CPU": -1}}, {"resources_per_worker": {"GPU": float("inf")}}]
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    rejected = 0
+    for kwargs in bad:
+        with pytest.raises(ValueError, match=next(iter(kwargs))):
+            ScalingConfig(**kwargs)
+        rejected += 1
+    started = {p.pid for p in psutil.Process().children(recursive=True)} - before
+    figure("S1", f"{rejected}/{len(bad)} invalid ScalingConfig values rejected at construction naming the field; "
+                 f"processes started: {len(started)}")
+    assert rejected == len(bad) and not started
+
+
+def test_s2_bad_metrics_rejected_at_report_with_key_path(run_config, figure):
+    cases = [{"a": {1, 2}}, {"b": b"raw"}, {"c": object()}, {"nested": {"d": [0, {1}]}}, {"api_key": "sk-1"},
+             {"big": "x" * (2 << 20)}]
+    messages = []
+
+    def fn(config):
+        try:
+            trainkit.report(config["metrics"])
+        except ValueError as exc:
+            messages.append(str(exc))
+            raise
+
+    for metrics in cases:
+        with pytest.raises(TrainingFailedError):
+            DataParallelTrainer(fn, train_loop_config={"metrics": metrics}, scaling_config=ScalingConfig(num_workers=0),
+                                run_config=run_config()).fit()
+    figure("S2", f"{len(messages)}/{len(cases)} bad metric reports rejected at report() with the key path, "
+                 "e.g. " + messages[3].split(":")[0] + "; NaN/inf kept, NumPy/tensor scalars converted")
+    assert len(messages) == len(cases) and messages[3].startswith("metrics['nested']['d'][1]")
+
+
+def _tree_snapshot(root):
+    return {os.path.join(d, f) for d, _, files in os.walk(root) for f in files} | {d for d, _, _ in os.walk(root)}
+
+
+@pytest.mark.parametrize("name", ["../x", "/abs", "a/../../b", "..", ".", "a\0b", "x" * 300, "ｘ"])
+def test_s3_escaping_names_rejected_before_io(tmp_path, name):
+    with pytest.raises(ValueError, match="name="):
+        RunConfig(name=name, storage_path=str(tmp_path / "root"))
+    assert not os.path.exists(tmp_path / "root")
+
+
+def test_s3_names_and_symlinks_write_nothing_outside(tmp_path, run_config, figure):
+    outside, root = tmp_path / "outside", tmp_path / "root"
+    outside.mkdir()
+    root.mkdir()
+    os.symlink(outside, root / "evil")
+    before = _tree_snapshot(tmp_path)
+    with pytest.raises(ValueError, match="outside the storage"):
+        DataParallelTrainer(lambda: None, scaling_config=ScalingConfig(num_workers=0),
+                            run_config=RunConfig(name="evil", storage_path=str(root), verbose=0)).fit()
+
+    def sneaky():
+        trainkit.report({"x": 1}, checkpoint=Checkpoint.from_directory("/tmp"), checkpoint_dir_name="../../escape")
+
+    with pytest.raises(TrainingFailedError, match="checkpoint_dir_name"):
+        DataParallelTrainer(sneaky, scaling_config=ScalingConfig(num_workers=0),
+                            run_config=RunConfig(name="ok", storage_path=str(root), verbose=0)).fit()
+    created = {p for p in _tree_snapshot(tmp_path) - before if not p.startswith(str(root / "ok"))}
+    figure("S3", f"symlinked run dir and '../../escape' checkpoint name rejected before any write; "
+                 f"paths created outside the run directory: {len(created)}")
+    assert not created and not os.listdir(outside)
+
+
+class _Canary:
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))  # creating this file proves code ran at load time
+
+
+def test_s4_malicious_pickle_is_refused_without_fallback(tmp_path, figure):
+    torch = pytest.importorskip("torch")
+    from trainkit_torch import load_checkpoint
+
+    canary = tmp_path / "pwned"
+    ckpt_dir = tmp_path / "ckpt"
+    ckpt_dir.mkdir()
+    with open(ckpt_dir / "model.pt", "wb") as f:
+        torch.save({"weights": torch.ones(2), "evil": _Canary(str(canary))}, f)
+    with pytest.raises(pickle.UnpicklingError):
+        load_checkpoint(Checkpoint.from_directory(ckpt_dir), "model.pt")
+    figure("S4", f"malicious pickle in model.pt: load_checkpoint refused (weights_only=True, no fallback); "
+                 f"canary created: {canary.exists()}")
+    assert not canary.exists()
+
+
+def test_s5_credentials_never_written_or_printed(ray_cluster, s3_server, capfd, figure):
+    from trainkit._internal.storage import RunStorage
+
+    secret = s3_server["secret_key"]
+
+    def fn():
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            open(os.path.join(tmp, "w"), "w").write("1")
+            trainkit.report({"loss": 1.0}, checkpoint=Checkpoint.from_directory(tmp))
+
+    config = RunConfig(name="creds", storage_path=s3_server["uri"], verbose=2)
+    result = DataParallelTrainer(fn, scaling_config=ScalingConfig(num_workers=1, resources_per_worker={"CPU": 0.5}),
+                                 run_config=config).fit()
+    fs = s3_server["fs"]
+    import pyarrow.fs as pafs
+
+    stored = b"".join(fs.open_input_stream(i.path).read() for i in fs.get_file_info(
+        pafs.FileSelector("bucket/runs/creds", recursive=True)) if i.type == pafs.FileType.File)
+    out, err = capfd.readouterr()
+    surfaces = {"stdout": out, "stderr": err, "repr(result)": repr(result), "repr(run_config)": repr(config),
+                "repr(storage)": repr(RunStorage(config.storage_path, "creds")), "stored files": stored.decode(errors="replace")}
+    hits = {k: v.count(secret) for k, v in surfaces.items()}
+    figure("S5", f"secret canary occurrences across {', '.join(surfaces)}: {sum(hits.values())}")
+    assert sum(hits.values()) == 0, hits
+
+
+def test_s6_embedded_cluster_listens_on_loopback_only(tmp_path, figure):
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    seen = {}
+
+    def fn():
+        time.sleep(3)
+        trainkit.report({"x": 1})
+
+    def look():
+        time.sleep(2)
+        me = psutil.Process()
+        pids = {p.pid for p in me.children(recursive=True)} | {me.pid}
+        seen["listeners"] = {(c.laddr.ip, psutil.Process(c.pid).name()) for c in psutil.net_connections("inet")
+                             if c.status == "LISTEN" and c.pid in pids}
+
+    threading.Thread(target=look).start()
+    DataParallelTrainer(fn, scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+                        run_config=RunConfig(name="listen", storage_path=str(tmp_path), verbose=0)).fit()
+    ray.shutdown()
+    outside = {(ip, name) for ip, name in seen["listeners"] if ip not in ("127.0.0.1", "::1", "::ffff:127.0.0.1")}
+    figure("S6", f"{len(seen['listeners'])} listening sockets of the embedded cluster during a run; beyond loopback: "
+                 f"{len(outside)}")
+    assert seen["listeners"] and not outside
