@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["trainkit.testing"]
 
 FIGURES: list[dict] = []
 REPORT = Path(__file__).parent / "reliability_report.json"
@@ -83,6 +82,10 @@ def s3_server(tmp_path_factory):
                 proc.kill()
                 raise
             time.sleep(0.3)
+    for i in range(8):  # the first writes wait for SeaweedFS to grow volumes: get that over with here
+        with fs.open_output_stream(f"bucket/warmup/{i}") as f:
+            f.write(b"x")
+    fs.delete_dir("bucket/warmup")
     yield {"endpoint": endpoint, "access_key": "trainkit", "secret_key": secret, "fs": fs,
            "uri": f"s3://trainkit:{secret}@bucket/runs?endpoint_override={endpoint}&scheme=http&region=us-east-1"}
     proc.kill()

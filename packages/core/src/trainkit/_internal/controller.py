@@ -236,7 +236,7 @@ class Controller:
 
         for rank in running:
             poll(rank)
-        while running:
+        while running and outcome.error is None:
             ready, _ = ray.wait(list(refs), num_returns=1, timeout=min(POLL_S, timeout_s))
             now = time.monotonic()
             for ref in ready:
@@ -247,7 +247,7 @@ class Controller:
                     outcome.error = TrainingFailedError(
                         f"rank {rank} died: its worker process exited unexpectedly ({type(exc).__name__})",
                         rank=rank, error_type="WorkerDied")
-                    return outcome
+                    break
                 last_seen[rank] = now
                 for event in events:
                     if isinstance(event, Report):
@@ -258,21 +258,45 @@ class Controller:
                         running.discard(rank)
                         if rank == 0:
                             outcome.return_value = event.return_value
-                    elif isinstance(event, Failed):
+                    elif isinstance(event, Failed) and outcome.error is None:
                         outcome.error = _training_error(event)
                         outcome.worker_errors[rank] = outcome.error
-                        return outcome
-                if rank in running:
+                if rank in running and outcome.error is None:
                     poll(rank)
             self._lock.refresh()
             hung = sorted(r for r in running if now - last_seen[r] > timeout_s)
-            if hung:
+            if hung and outcome.error is None:
                 outcome.error = TrainingFailedError(
                     f"rank(s) {hung} stopped responding for more than {timeout_s:g} s "
                     "(FailureConfig.worker_timeout_s)", rank=hung[0], error_type="WorkerHung")
-                return outcome
+        if outcome.error is not None:
+            self._salvage_reports(group, refs, failed=outcome.error.rank)
+            return outcome
         self._warn_unmatched_reports()
         return outcome
+
+    def _salvage_reports(self, group: Any, refs: dict[Any, int], failed: int | None) -> None:
+        """A rank failed: commit what the other ranks had already reported (a checkpoint whose
+        ``report()`` returned on every rank before the failure is not lost). Waits at most 0.25 s."""
+        import ray
+
+        pending = {ref: rank for ref, rank in refs.items() if rank != failed}
+        for w in group.workers:
+            if w.world_rank != failed:
+                pending[w.actor.poll.remote(0, [])] = w.world_rank
+        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.25)
+        for ref in ready:
+            try:
+                events = ray.get(ref)
+            except ray.exceptions.RayError:
+                continue
+            for event in events:
+                if isinstance(event, Report):
+                    try:
+                        self._on_report(event)
+                    except Exception as exc:  # noqa: BLE001 - the original failure is the one to report
+                        self.display.note(f"could not commit report {event.index} after the failure: {exc}")
+                        return
 
     def _run_local(self) -> _Attempt:
         self._world_size = 1

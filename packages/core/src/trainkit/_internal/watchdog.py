@@ -62,12 +62,12 @@ def _tree(roots: list[int]) -> dict[int, str]:
 
 
 def _main(roots: list[int]) -> None:
-    known: dict[int, str] = {}
+    known = _tree(roots)  # the agents exist already: Ray starts them before ray.init returns
     while True:
-        readable, _, _ = select.select([sys.stdin], [], [], 1.0)
-        known.update(_tree(roots))
+        readable, _, _ = select.select([sys.stdin], [], [], 0.5)
         if readable and not os.read(sys.stdin.fileno(), 1024):
             break  # EOF: the driver closed the pipe or died
+        known.update(_tree(roots))
     for pid, started in known.items():
         stat = _stat(pid)
         if stat is not None and stat[1] == started:  # the same process, not a reused pid
