@@ -7,28 +7,18 @@ JSON line: the first step of the last attempt and the final metrics.
 import json
 import os
 import sys
-import tempfile
 import time
 
 import trainkit
+from trainkit.testing.steps import report_step, resume_step
 
 
 def train_fn(config):
     ctx = trainkit.get_context()
-    checkpoint = trainkit.get_checkpoint()
-    start = 0
-    if checkpoint:
-        with checkpoint.as_directory() as path:
-            start = int(open(os.path.join(path, "step")).read()) + 1
+    start = resume_step()
     for step in range(start, config["steps"]):
-        with tempfile.TemporaryDirectory() as tmp:
-            ckpt = None
-            if ctx.get_world_rank() == 0:
-                open(os.path.join(tmp, "step"), "w").write(str(step))
-                open(os.path.join(tmp, "blob.bin"), "wb").write(os.urandom(64 << 10))
-                ckpt = trainkit.Checkpoint.from_directory(tmp)
-            trainkit.report({"step": step, "start": start, "attempt": ctx.get_attempt(), "t": time.time()},
-                            checkpoint=ckpt)
+        report_step(step, {"step": step, "start": start, "attempt": ctx.get_attempt(), "t": time.time()},
+                    rank0_only=True, files={"blob.bin": os.urandom(64 << 10)})
         time.sleep(config["sleep"])
     return start
 

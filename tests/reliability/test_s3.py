@@ -2,40 +2,36 @@
 
 import json
 import os
-import tempfile
 import time
 
 import pyarrow.fs as pafs
 
 import trainkit
-from trainkit import Checkpoint, DataParallelTrainer, FailureConfig, RunConfig, ScalingConfig
+from trainkit import DataParallelTrainer, FailureConfig, RunConfig, ScalingConfig
+from trainkit.testing.steps import report_step, resume_step
 
 
 def train_fn(config):
     ctx = trainkit.get_context()
-    checkpoint = trainkit.get_checkpoint()
-    start = 0
-    if checkpoint:
-        with checkpoint.as_directory() as path:
-            start = int(open(os.path.join(path, "step")).read()) + 1
+    start = resume_step()
     for step in range(start, config["steps"]):
-        with tempfile.TemporaryDirectory() as tmp:
-            open(os.path.join(tmp, f"shard-{ctx.get_world_rank()}"), "w").write(str(step))
-            if ctx.get_world_rank() == 0:
-                open(os.path.join(tmp, "step"), "w").write(str(step))
-            trainkit.report({"step": step, "start": start}, checkpoint=Checkpoint.from_directory(tmp))
+        shard = {f"shard-{ctx.get_world_rank()}": str(step).encode()}
+        report_step(step, {"step": step, "start": start}, files=shard)
+        open(os.path.join(config["markers"], f"{ctx.get_attempt()}-{step}-{ctx.get_world_rank()}"), "w").close()
         if step == 2 and ctx.get_attempt() == 0 and ctx.get_world_rank() == 1:
+            while not os.path.exists(os.path.join(config["markers"], "0-2-0")):  # report 2 returned on rank 0 too
+                time.sleep(0.01)
             time.sleep(0.5)
             os._exit(1)
     return start
 
 
-def test_s3_run_checkpoints_fails_over_and_resumes(ray_cluster, s3_server, figure):
+def test_s3_run_checkpoints_fails_over_and_resumes(ray_cluster, s3_server, figure, tmp_path):
     config = RunConfig(name="s3run", storage_path=s3_server["uri"], verbose=0,
                        failure_config=FailureConfig(max_failures=1),
                        checkpoint_config=trainkit.CheckpointConfig(num_to_keep=2))
     two = ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5})
-    first = DataParallelTrainer(train_fn, train_loop_config={"steps": 5}, scaling_config=two, run_config=config).fit()
+    first = DataParallelTrainer(train_fn, train_loop_config={"steps": 5, "markers": str(tmp_path)}, scaling_config=two, run_config=config).fit()
     fs = s3_server["fs"]
     run = "bucket/runs/s3run"
     names = sorted(i.base_name for i in fs.get_file_info(pafs.FileSelector(run)) if i.type == pafs.FileType.Directory)
@@ -46,7 +42,7 @@ def test_s3_run_checkpoints_fails_over_and_resumes(ray_cluster, s3_server, figur
     state = json.loads(fs.open_input_stream(f"{run}/run_state.json").read())
     assert len(state["failures"]) == 1 and first.return_value == 3  # attempt 1 resumed after checkpoint 2
 
-    second = DataParallelTrainer(train_fn, train_loop_config={"steps": 7}, scaling_config=two, run_config=config).fit()
+    second = DataParallelTrainer(train_fn, train_loop_config={"steps": 7, "markers": str(tmp_path)}, scaling_config=two, run_config=config).fit()
     with second.checkpoint.as_directory() as path:
         last = open(os.path.join(path, "step")).read()
     figure("R9", f"s3:// on SeaweedFS: 5 steps with 1 worker death (resumed at step {first.return_value}), "

@@ -5,13 +5,13 @@ import os
 import random
 import signal
 import statistics
-import tempfile
 import time
 
 import pytest
 
 import trainkit
-from trainkit import Checkpoint, DataParallelTrainer, FailureConfig, ScalingConfig, TrainingFailedError
+from trainkit import DataParallelTrainer, FailureConfig, ScalingConfig, TrainingFailedError
+from trainkit.testing.steps import report_step, resume_step
 
 TWO = ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5})
 
@@ -20,19 +20,16 @@ def killed_at_planned_steps(config):
     """Each attempt a: rank plan[a][0] SIGKILLs itself plan[a][1] steps after its start, 0.5 s after
     that step's report() returned on every rank."""
     ctx = trainkit.get_context()
-    checkpoint = trainkit.get_checkpoint()
-    start = 0
-    if checkpoint:
-        with checkpoint.as_directory() as path:
-            start = int(open(os.path.join(path, "step")).read()) + 1
+    start = resume_step()
     attempt, plan = ctx.get_attempt(), config["plan"]
     for step in range(start, config["steps"]):
-        with tempfile.TemporaryDirectory() as tmp:
-            open(os.path.join(tmp, "step"), "w").write(str(step))
-            trainkit.report({"step": step, "start": start, "attempt": attempt, "t": time.time()},
-                            checkpoint=Checkpoint.from_directory(tmp) if ctx.get_world_rank() == 0 else None)
+        report_step(step, {"step": step, "start": start, "attempt": attempt, "t": time.time()}, rank0_only=True)
+        open(os.path.join(config["markers"], f"{attempt}-{step}-{ctx.get_world_rank()}"), "w").close()
         if attempt < len(plan) and ctx.get_world_rank() == plan[attempt][0] and step == start + plan[attempt][1]:
-            time.sleep(0.5)
+            other = os.path.join(config["markers"], f"{attempt}-{step}-{1 - ctx.get_world_rank()}")
+            while not os.path.exists(other):  # the step's report() has returned on every rank...
+                time.sleep(0.01)
+            time.sleep(0.5)  # ...0.5 s ago
             with open(config["kill_log"], "a") as f:
                 f.write(json.dumps({"attempt": attempt, "step": step, "t": time.time()}) + "\n")
             os.kill(os.getpid(), signal.SIGKILL)
@@ -44,7 +41,8 @@ def test_r1_ten_sigkills_resume_from_last_commit(ray_cluster, run_config, tmp_pa
     plan = [(rng.randrange(2), rng.randrange(1, 3)) for _ in range(10)]
     kill_log = str(tmp_path / "kills.jsonl")
     result = DataParallelTrainer(
-        killed_at_planned_steps, train_loop_config={"plan": plan, "steps": 40, "kill_log": kill_log},
+        killed_at_planned_steps, train_loop_config={"plan": plan, "steps": 40, "kill_log": kill_log,
+                                                    "markers": str(tmp_path)},
         scaling_config=TWO, run_config=run_config(failure_config=FailureConfig(max_failures=10))).fit()
     kills = [json.loads(line) for line in open(kill_log)]
     lines = [json.loads(line) for line in open(os.path.join(result.path, "metrics.jsonl"))]
@@ -65,18 +63,9 @@ def test_r1_ten_sigkills_resume_from_last_commit(ray_cluster, run_config, tmp_pa
 
 
 def killed_mid_upload(config):
-    ctx = trainkit.get_context()
-    checkpoint = trainkit.get_checkpoint()
-    start = 0
-    if checkpoint:
-        with checkpoint.as_directory() as path:
-            start = int(open(os.path.join(path, "step")).read()) + 1
+    start = resume_step()
     for step in range(start, 4):
-        with tempfile.TemporaryDirectory() as tmp:
-            for i in range(3):
-                open(os.path.join(tmp, f"part{i}"), "w").write(str(step))
-            open(os.path.join(tmp, "step"), "w").write(str(step))
-            trainkit.report({"step": step, "start": start}, checkpoint=Checkpoint.from_directory(tmp))
+        report_step(step, {"step": step, "start": start}, files={f"part{i}": str(step).encode() for i in range(3)})
 
 
 def test_r2_sigkill_mid_upload_resumes_from_previous_commit(ray_cluster, run_config, figure, check_run_dir):

@@ -9,6 +9,7 @@ import pytest
 
 import trainkit
 from trainkit import Checkpoint, DataParallelTrainer, FailureConfig, ScalingConfig
+from trainkit.testing.steps import report_step, resume_step
 
 TWO = ScalingConfig(num_workers=2)
 
@@ -56,16 +57,8 @@ def test_two_workers_report_and_commit(ray_cluster, run_config, capfd):
 
 def crash_once_then_resume(config):
     ctx = trainkit.get_context()
-    checkpoint = trainkit.get_checkpoint()
-    start = 0
-    if checkpoint:
-        with checkpoint.as_directory() as path:
-            start = int(open(os.path.join(path, "step")).read()) + 1
-    for step in range(start, 4):
-        with tempfile.TemporaryDirectory() as tmp:
-            open(os.path.join(tmp, "step"), "w").write(str(step))
-            trainkit.report({"step": step, "attempt": ctx.get_attempt()},
-                            checkpoint=Checkpoint.from_directory(tmp) if ctx.get_world_rank() == 0 else None)
+    for step in range(resume_step(), 4):
+        report_step(step, {"step": step, "attempt": ctx.get_attempt()}, rank0_only=True)
         if step == 1 and ctx.get_attempt() == 0 and ctx.get_world_rank() == 1:
             time.sleep(0.5)  # report() returned 0.5 s ago: that checkpoint must survive
             os._exit(1)  # the process dies, as on an OOM kill
