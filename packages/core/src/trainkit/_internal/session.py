@@ -124,25 +124,37 @@ class Session:
             delete_local_checkpoint_after_upload = mode is CheckpointUploadMode.ASYNC
         self._reported_checkpoints.append(index)
 
-        def upload() -> None:
-            if mode is CheckpointUploadMode.NO_UPLOAD:
-                files = self._register_in_place(checkpoint, tmp_path)
-            elif checkpoint_upload_fn is not None:
-                uploaded = checkpoint_upload_fn(checkpoint, tmp_path)
-                files = storage_mod.hash_tree(uploaded.filesystem, uploaded.path)
-            else:
-                files = storage_mod.upload_dir(checkpoint.path, self.storage.fs, tmp_path, rank=rank,
-                                               attempt=self.context.attempt, index=index)
+        where = {"rank": rank, "attempt": self.context.attempt, "index": index}
+
+        def finish(files: list[storage_mod.FileEntry]) -> None:
             if delete_local_checkpoint_after_upload and mode is not CheckpointUploadMode.NO_UPLOAD:
                 shutil.rmtree(checkpoint.path, ignore_errors=True)
             self.sink(Report(rank, index, metrics, name, tmp_path, files))
 
+        def upload() -> None:
+            if mode is CheckpointUploadMode.NO_UPLOAD:
+                finish(self._register_in_place(checkpoint, tmp_path))
+            elif checkpoint_upload_fn is not None:
+                uploaded = checkpoint_upload_fn(checkpoint, tmp_path)
+                finish(storage_mod.hash_tree(uploaded.filesystem, uploaded.path))
+            elif mode is CheckpointUploadMode.SYNC and storage_mod.is_local(self.storage.fs):
+                # The files are in storage when report() returns; their sha256s (needed only at
+                # the driver's commit) are computed in the background, off the training thread.
+                copied = storage_mod.copy_dir_local(checkpoint.path, tmp_path, **where)
+                self._background(lambda: finish(storage_mod.hash_local(tmp_path, copied)))
+            else:
+                finish(storage_mod.upload_dir(checkpoint.path, self.storage.fs, tmp_path, **where))
+
         if mode is CheckpointUploadMode.ASYNC:
-            if self._uploader is None:
-                self._uploader = ThreadPoolExecutor(1, thread_name_prefix="trainkit-upload")
-            self._pending.append(self._uploader.submit(upload))
+            self._background(upload)
         else:
             upload()
+
+    def _background(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` in this session's single upload thread (so reports stay in order)."""
+        if self._uploader is None:
+            self._uploader = ThreadPoolExecutor(1, thread_name_prefix="trainkit-upload")
+        self._pending.append(self._uploader.submit(fn))
 
     def _register_in_place(self, checkpoint: Checkpoint, tmp_path: str) -> list[storage_mod.FileEntry]:
         if not checkpoint.path.startswith(self.storage.run_path + "/"):

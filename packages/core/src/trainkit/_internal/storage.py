@@ -126,6 +126,38 @@ def upload_dir(local_dir: str, fs: "pafs.FileSystem", dest: str, **where: int) -
     return entries
 
 
+def copy_dir_local(local_dir: str, dest: str, **where: int) -> list[str]:
+    """Copy ``local_dir`` into ``dest`` on the local disk at kernel speed; return the relative paths.
+    Hashing is left to ``hash_local`` (a background thread), off the training thread's clock."""
+    if not os.path.isdir(local_dir):
+        raise ValueError(f"checkpoint directory {local_dir!r} does not exist or is not a directory")
+    copied = []
+    for absolute, rel in _walk_local(local_dir):
+        if rel == MANIFEST:
+            continue
+        target = os.path.join(dest, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with_retries("upload", target, lambda: shutil.copyfile(absolute, target))
+        copied.append(rel)
+        faults.point("upload_file", **where)
+    os.makedirs(dest, exist_ok=True)
+    return copied
+
+
+def hash_local(dest: str, relative_paths: list[str]) -> list[FileEntry]:
+    entries = []
+    for rel in relative_paths:
+        if rel in _UNHASHED:
+            continue
+        digest, size = hashlib.sha256(), 0
+        with open(os.path.join(dest, rel), "rb") as f:
+            while chunk := f.read(_CHUNK):
+                digest.update(chunk)
+                size += len(chunk)
+        entries.append(FileEntry(rel, size, digest.hexdigest()))
+    return entries
+
+
 def download_dir(fs: "pafs.FileSystem", src: str, local_dir: str) -> None:
     import pyarrow.fs as pafs
 
