@@ -25,7 +25,7 @@ from _common import save  # noqa: E402
 def body(report, checkpoint_cls, ctx, get_checkpoint, marks: str) -> None:
     """Report a checkpoint every 0.1 s; on attempt 0, rank 1 kills itself after step 3."""
     checkpoint = get_checkpoint()
-    start = 0
+    resumed, start = checkpoint is not None, 0  # (Ray Train's get_checkpoint() changes as you report)
     if checkpoint:
         with checkpoint.as_directory() as path:
             start = int(open(os.path.join(path, "step")).read()) + 1
@@ -39,7 +39,7 @@ def body(report, checkpoint_cls, ctx, get_checkpoint, marks: str) -> None:
             with open(marks, "a") as f:  # the restarted attempt's first report has returned
                 f.write(json.dumps({"event": "first_report", "t": time.time()}) + "\n")
             checkpoint = None
-        if step == 3 and not get_checkpoint() and ctx.get_world_rank() == 1:
+        if step == 3 and not resumed and ctx.get_world_rank() == 1:
             with open(marks, "a") as f:
                 f.write(json.dumps({"event": "kill", "t": time.time()}) + "\n")
             os.kill(os.getpid(), signal.SIGKILL)

@@ -57,7 +57,8 @@ def test_r3_torn_state_is_never_unrestorable(tmp_path, figure):
     assert recovered == 20
 
 
-def test_r4_driver_sigkill_then_rerun_resumes_without_orphans(tmp_path, run_driver, figure):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_r4_driver_killed_then_rerun_resumes_without_orphans(tmp_path, run_driver, figure, sig):
     storage = str(tmp_path)
     proc = run_driver(storage, "run", 30, wait=False, sleep=0.2)
     metrics = os.path.join(storage, "run", "metrics.jsonl")
@@ -66,7 +67,7 @@ def test_r4_driver_sigkill_then_rerun_resumes_without_orphans(tmp_path, run_driv
         assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else "slow"
         time.sleep(0.1)
     children = psutil.Process(proc.pid).children(recursive=True)
-    proc.send_signal(signal.SIGKILL)
+    proc.send_signal(sig)
     proc.wait()
     killed_at = time.monotonic()
     while any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children) and time.monotonic() - killed_at < 10:
@@ -77,7 +78,7 @@ def test_r4_driver_sigkill_then_rerun_resumes_without_orphans(tmp_path, run_driv
     second = run_driver(storage, "run", 30)
     assert second.returncode == 0, second.stderr[-3000:]
     start = json.loads(second.stdout.strip().splitlines()[-1])["start"]
-    figure("R4", f"driver SIGKILL with {len(children)} descendants: orphans after {gone_s:.1f} s: {len(orphans)}; "
+    figure("R4", f"driver {sig.name} with {len(children)} descendants: orphans after {gone_s:.1f} s: {len(orphans)}; "
                  f"rerun resumed at step {start} after {committed}")
     assert not orphans
     assert start == int(committed.split("_")[1]) + 1
