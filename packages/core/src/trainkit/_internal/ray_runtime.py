@@ -35,18 +35,33 @@ def ensure_ray(**init_kwargs: object) -> None:
     notice = logging.getLogger("ray._private.authentication.authentication_token_setup")
     level = notice.level
     notice.setLevel(logging.ERROR)
-    services = ray._private.services
-    slow_get_node = services.get_node
+    services, node_cls = ray._private.services, ray._private.node.Node
+    slow_get_node, full_init, api_server = services.get_node, node_cls.__init__, node_cls.start_api_server
     services.get_node = _polling_get_node(ray, slow_get_node)
+    node_cls.__init__ = _lean_node_init(full_init)
+    node_cls.start_api_server = lambda self, **_: None  # no dashboard/job API: trainkit uses neither
     try:
         ray.init(include_dashboard=False, _node_ip_address="127.0.0.1", **quiet, **init_kwargs)
     finally:
         notice.setLevel(level)
-        services.get_node = slow_get_node
+        services.get_node, node_cls.__init__, node_cls.start_api_server = slow_get_node, full_init, api_server
     atexit.register(_stop_embedded_cluster)  # runs before Ray's own exit hook (atexit is LIFO)
     node = getattr(ray._private.worker, "_global_node", None)
     processes = getattr(node, "all_processes", None) or {}
     watchdog.start([info.process.pid for infos in processes.values() for info in infos])
+
+
+def _lean_node_init(full_init):
+    """An embedded single-machine cluster needs neither Ray's autoscaler monitor (fixed resources)
+    nor its log monitor (trainkit forwards worker output itself). On 2 cores their start-up competes
+    with everything else: dropping them and the API server takes ``ray.init`` from 2.3-3.2 s to 1.7 s."""
+
+    def init(self, ray_params, *args, **kwargs):
+        ray_params.no_monitor = True
+        ray_params.include_log_monitor = False
+        full_init(self, ray_params, *args, **kwargs)
+
+    return init
 
 
 def _polling_get_node(ray, slow_get_node):
