@@ -26,7 +26,7 @@ def make_dir(path, files):
 
 def test_commit_writes_manifest_and_renames(storage, tmp_path):
     src = make_dir(tmp_path / "src", {"model.pt": b"weights", "sub/opt.pt": b"o" * 10})
-    tmp = storage.tmp_checkpoint_path("checkpoint_000000", 0)
+    tmp = storage.tmp_checkpoint_path("checkpoint_000000", 0, 0)
     entries = upload_dir(src, storage.fs, tmp)
     final = storage.commit_checkpoint(tmp, "checkpoint_000000", entries, {"index": 0, "attempt": 0, "metrics": {}})
     assert not os.path.exists(tmp)
@@ -38,16 +38,16 @@ def test_commit_writes_manifest_and_renames(storage, tmp_path):
 
 def commit(storage, tmp_path, name, index, files=None, metrics=None):
     src = make_dir(tmp_path / f"src-{name}", files or {"model.pt": f"weights {index}".encode()})
-    tmp = storage.tmp_checkpoint_path(name, 0)
+    tmp = storage.tmp_checkpoint_path(name, 0, index)
     return storage.commit_checkpoint(tmp, name, upload_dir(src, storage.fs, tmp),
                                      {"index": index, "attempt": 0, "metrics": metrics or {"i": index}})
 
 
 def test_sweep_removes_temporary_and_uncommitted_dirs(storage, tmp_path):
-    upload_dir(make_dir(tmp_path / "a", {"f": b"1"}), storage.fs, storage.tmp_checkpoint_path("checkpoint_000001", 3))
+    upload_dir(make_dir(tmp_path / "a", {"f": b"1"}), storage.fs, storage.tmp_checkpoint_path("checkpoint_000001", 3, 1))
     os.makedirs(storage.path("checkpoint_000002"))  # partial: no manifest
     commit(storage, tmp_path, "checkpoint_000000", 0)
-    assert sorted(storage.sweep()) == [".tmp-checkpoint_000001-3", "checkpoint_000002"]
+    assert sorted(storage.sweep()) == [".tmp-checkpoint_000001-3-1", "checkpoint_000002"]
     assert sorted(os.listdir(storage.run_path)) == ["checkpoint_000000"]
 
 

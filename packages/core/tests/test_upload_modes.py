@@ -63,3 +63,16 @@ def test_async_upload_failure_surfaces_in_training_thread(run_config):
     with pytest.raises(TrainingFailedError, match="does not exist") as info:
         DataParallelTrainer(async_failure_fn, scaling_config=LOCAL, run_config=run_config()).fit()
     assert "async_failure_fn" in info.value.worker_traceback
+
+
+def same_name_each_step():
+    for step in range(3):
+        trainkit.report({"step": step}, checkpoint=Checkpoint.from_directory(make_checkpoint(step)),
+                        checkpoint_dir_name="latest")
+
+
+def test_a_name_reported_again_replaces_the_checkpoint(run_config):
+    result = DataParallelTrainer(same_name_each_step, scaling_config=LOCAL, run_config=run_config()).fit()
+    assert result.checkpoint.path.endswith("/latest") and result.checkpoint.verify()["index"] == 2
+    assert open(os.path.join(result.checkpoint.path, "step")).read() == "2"
+    assert sorted(p for p in os.listdir(result.path) if not p.startswith("run_state")) == ["latest", "metrics.jsonl"]

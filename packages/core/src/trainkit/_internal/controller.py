@@ -85,7 +85,7 @@ class Controller:
                 from trainkit._internal.ray_runtime import ensure_ray
 
                 ensure_ray()
-            return self._run_attempts(lock)
+            return self._run_attempts()
         finally:
             lock.release()
 
@@ -117,9 +117,8 @@ class Controller:
             return
         state.latest_checkpoint = self.resumed_from = None
 
-    def _run_attempts(self, lock: RunLock) -> Result:
+    def _run_attempts(self) -> Result:
         state, storage = self.state, self.storage
-        self._lock = lock
         self.display.start()
         failures, max_failures = 0, self.run_config.failure_config.max_failures
         try:
@@ -210,7 +209,10 @@ class Controller:
             self.display.update(workers=num_workers)
             outcome = self._watch(group)
             if outcome.error is None:
-                backend.on_shutdown(group, self.backend_config)
+                try:
+                    backend.on_shutdown(group, self.backend_config)
+                except Exception as exc:  # noqa: BLE001 - training finished; a teardown error is no reason to rerun
+                    self.display.note(f"backend shutdown failed after training finished: {type(exc).__name__}: {exc}")
         except Exception as exc:  # noqa: BLE001 - a setup failure is an attempt failure
             if isinstance(exc, TrainingFailedError):
                 outcome.error = exc
@@ -238,7 +240,9 @@ class Controller:
         for rank in running:
             poll(rank)
         while running and outcome.error is None:
-            ready, _ = ray.wait(list(refs), num_returns=1, timeout=min(POLL_S, timeout_s))
+            ready, rest = ray.wait(list(refs), num_returns=1, timeout=min(POLL_S, timeout_s))
+            if ready and rest:  # every rank that answered, not just the first: none looks hung
+                ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
             now = time.monotonic()
             for ref in ready:
                 rank = refs.pop(ref)
@@ -248,6 +252,10 @@ class Controller:
                     outcome.error = TrainingFailedError(
                         f"rank {rank} died: its worker process exited unexpectedly ({type(exc).__name__})",
                         rank=rank, error_type="WorkerDied")
+                    break
+                except ray.exceptions.RayError as exc:  # e.g. an event that cannot be unpickled here
+                    outcome.error = TrainingFailedError(f"rank {rank}: its events could not be received: {exc}",
+                                                        rank=rank, error_type=type(exc).__name__)
                     break
                 last_seen[rank] = now
                 for event in events:
@@ -264,7 +272,6 @@ class Controller:
                         outcome.worker_errors[rank] = outcome.error
                 if rank in running and outcome.error is None:
                     poll(rank)
-            self._lock.refresh()
             hung = sorted(r for r in running if now - last_seen[r] > timeout_s)
             if hung and outcome.error is None:
                 outcome.error = TrainingFailedError(
@@ -324,6 +331,7 @@ class Controller:
         except Exception as exc:  # noqa: BLE001
             outcome.error = _training_error(failure_event(0, exc))
             outcome.worker_errors[0] = exc
+            session.abandon()  # late background uploads of a failed attempt must not commit
         finally:
             set_session(None)
             self._local_session = None
@@ -354,7 +362,11 @@ class Controller:
                 raise ValueError(f"report {index}: ranks passed different checkpoint_dir_name values {sorted(names)}")
             files: dict[str, FileEntry] = {}
             for r in sorted(with_files, key=lambda r: r.rank):
-                files.update({e.path: e for e in r.files})
+                for e in r.files:
+                    if e.path in files and files[e.path].sha256 != e.sha256:
+                        raise ValueError(f"report {index}: ranks wrote different contents to checkpoint file "
+                                         f"{e.path!r}; give each rank its own file names (e.g. with the rank)")
+                    files[e.path] = e
             name = with_files[0].checkpoint_name
             path = storage.commit_checkpoint(with_files[0].tmp_path, name, files.values(),
                                              {"index": index, "attempt": state.attempt, "metrics": metrics})

@@ -110,16 +110,18 @@ class Session:
         self._raise_upload_errors()
         metrics = validate_metrics(metrics)
         mode = CheckpointUploadMode(checkpoint_upload_mode)
-        index = self.next_index
+        if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
+            raise TypeError(f"checkpoint must be a trainkit.Checkpoint, got {type(checkpoint).__name__}")
+        if checkpoint_dir_name is not None:
+            validate_name("checkpoint_dir_name", checkpoint_dir_name)
+        index = self.next_index  # taken only once the call is known to be valid
         self.next_index += 1
         rank = self.context.world_rank
         if checkpoint is None:
             self.sink(Report(rank, index, metrics))
             return
-        if not isinstance(checkpoint, Checkpoint):
-            raise TypeError(f"checkpoint must be a trainkit.Checkpoint, got {type(checkpoint).__name__}")
-        name = validate_name("checkpoint_dir_name", checkpoint_dir_name or f"checkpoint_{index:06d}")
-        tmp_path = self.storage.tmp_checkpoint_path(name, self.context.attempt)
+        name = checkpoint_dir_name or f"checkpoint_{index:06d}"
+        tmp_path = self.storage.tmp_checkpoint_path(name, self.context.attempt, index)
         if delete_local_checkpoint_after_upload is None:
             delete_local_checkpoint_after_upload = mode is CheckpointUploadMode.ASYNC
         self._reported_checkpoints.append(index)
@@ -136,6 +138,9 @@ class Session:
                 finish(self._register_in_place(checkpoint, tmp_path))
             elif checkpoint_upload_fn is not None:
                 uploaded = checkpoint_upload_fn(checkpoint, tmp_path)
+                if uploaded.path != tmp_path:
+                    raise ValueError(f"checkpoint_upload_fn must upload to the destination it is given "
+                                     f"({tmp_path!r}), not {uploaded.path!r}")
                 finish(storage_mod.hash_tree(uploaded.filesystem, uploaded.path))
             elif mode is CheckpointUploadMode.SYNC and storage_mod.is_local(self.storage.fs):
                 # The files are in storage when report() returns; their sha256s (needed only at
@@ -167,6 +172,15 @@ class Session:
         self._pending = [f for f in self._pending if not f.done()]
         for future in done:
             future.result()  # re-raises an upload error in the training thread
+
+    def abandon(self) -> None:
+        """The attempt failed: drop whatever background uploads still produce."""
+        self.sink = lambda _report: None
+        for future in self._pending:
+            future.cancel()
+        self._pending = []
+        if self._uploader is not None:
+            self._uploader.shutdown(wait=False)
 
     def finish(self) -> None:
         """Wait for background uploads; raise the first upload error."""

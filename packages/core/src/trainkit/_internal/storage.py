@@ -238,9 +238,10 @@ class RunStorage:
     def path(self, *parts: str) -> str:
         return posixpath.join(self.run_path, *parts)
 
-    def tmp_checkpoint_path(self, checkpoint_name: str, attempt: int) -> str:
+    def tmp_checkpoint_path(self, checkpoint_name: str, attempt: int, index: int) -> str:
+        """Where report ``index`` of ``attempt`` uploads: unique even when a name is reported again."""
         validate_name("checkpoint_dir_name", checkpoint_name)
-        return self.path(f"{TMP_PREFIX}{checkpoint_name}-{attempt}")
+        return self.path(f"{TMP_PREFIX}{checkpoint_name}-{attempt}-{index}")
 
     # -- plain files ---------------------------------------------------------------------------
     def preflight(self) -> None:
@@ -339,15 +340,20 @@ class RunStorage:
                 f.write(manifest.encode())
 
         with_retries("create", tmp_path, lambda: self.fs.create_dir(tmp_path, recursive=True))
-        if _exists(self.fs, final):
-            self.delete_dir(final)  # an orphan from a crash, or a name reported again
         faults.point("before_commit", index=report.get("index"))
         if self.renames_atomically:
             with_retries("write manifest", tmp_path, lambda: write_manifest(tmp_path))
             faults.point("before_rename", index=report.get("index"))
+            replaced = f"{tmp_path}-replaced"
+            if _exists(self.fs, final):  # a name reported again, or an orphan of a crash: swap, then drop
+                with_retries("rename", replaced, lambda: self.fs.move(final, replaced))
             with_retries("rename", final, lambda: self.fs.move(tmp_path, final))
+            self.delete_dir(replaced)
         else:
-            for entry in files:
+            if _exists(self.fs, final):
+                self.delete_dir(final)  # object stores cannot swap directories
+            metadata = FileEntry(METADATA, 0, "")
+            for entry in [*files, *([metadata] if _exists(self.fs, posixpath.join(tmp_path, METADATA)) else [])]:
                 src, dst = posixpath.join(tmp_path, entry.path), posixpath.join(final, entry.path)
                 self.fs.create_dir(posixpath.dirname(dst), recursive=True)
                 with_retries("copy", dst, lambda: self.fs.copy_file(src, dst))

@@ -67,7 +67,7 @@ def call_train_fn(fn: Callable, config: dict | None) -> Any:
 
 def failure_event(rank: int, exc: BaseException) -> Failed:
     try:
-        pickle.dumps(exc)
+        pickle.loads(pickle.dumps(exc))  # some exceptions pickle but cannot be rebuilt
         original = exc
     except Exception:  # noqa: BLE001 - an unpicklable exception still reports type and traceback
         original = None
