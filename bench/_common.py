@@ -24,6 +24,13 @@ def timed(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 60
     return elapsed
 
 
+def run_alone(script: str, *args: str, timeout: float = 600) -> str:
+    """Run ``script`` in a fresh interpreter (so no framework inherits another's Ray); its stdout."""
+    out = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, check=True, timeout=timeout,
+                         env={**os.environ, "RAY_TRAIN_V2_ENABLED": "1"})
+    return out.stdout
+
+
 def rounds(variants: dict[str, callable], n: int) -> dict[str, list[float]]:
     """Run every variant once per round, alternating order, n rounds."""
     samples: dict[str, list[float]] = {name: [] for name in variants}

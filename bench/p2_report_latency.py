@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import save  # noqa: E402
+from _common import run_alone, save  # noqa: E402
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:
@@ -59,8 +59,6 @@ def run_raytrain(calls: int, storage: str) -> dict[str, float]:
 
 
 def main() -> None:
-    import json
-    import subprocess
     import tempfile
 
     parser = argparse.ArgumentParser()
@@ -76,10 +74,8 @@ def main() -> None:
         return
     stats = {}
     for name in ["trainkit"] + ([] if args.no_raytrain else ["raytrain"]):
-        out = subprocess.run([sys.executable, __file__, "--only", name, "--calls", str(args.calls),
-                              "--raytrain-calls", str(args.raytrain_calls)], capture_output=True, text=True,
-                             check=True, env={**__import__("os").environ, "RAY_TRAIN_V2_ENABLED": "1"})
-        stats[name] = json.loads(out.stdout.strip().splitlines()[-1])
+        out = run_alone(__file__, "--only", name, "--calls", str(args.calls), "--raytrain-calls", str(args.raytrain_calls))
+        stats[name] = json.loads(out.strip().splitlines()[-1])
     for name, s in stats.items():
         print(f"P2 {name:9s} report() p50 {s['p50_ms']:.3f} ms  p99 {s['p99_ms']:.3f} ms  max {s['max_ms']:.1f} ms  (n={s['n']})")
     tk = stats["trainkit"]

@@ -12,14 +12,13 @@ import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import save  # noqa: E402
+from _common import run_alone, save  # noqa: E402
 
 
 def body(report, checkpoint_cls, ctx, get_checkpoint, marks: str) -> None:
@@ -72,8 +71,7 @@ def run_raytrain(storage: str, marks: str) -> None:
 def one(name: str) -> float:
     storage = tempfile.mkdtemp(prefix=f"p5-{name}-")
     marks = os.path.join(storage, "marks.jsonl")
-    subprocess.run([sys.executable, __file__, "--only", name, storage, marks], check=True, capture_output=True,
-                   env={**os.environ, "RAY_TRAIN_V2_ENABLED": "1"}, timeout=300)
+    run_alone(__file__, "--only", name, storage, marks, timeout=300)
     events = [json.loads(line) for line in open(marks)]
     kill = next(e["t"] for e in events if e["event"] == "kill")
     first = next(e["t"] for e in events if e["event"] == "first_report")

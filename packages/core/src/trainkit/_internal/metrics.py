@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 from typing import Any
 
@@ -64,6 +63,3 @@ def validate_metrics(metrics: Any) -> dict[str, Any]:
                          "save large values as checkpoint files")
     return converted
 
-
-def is_finite_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
