@@ -18,7 +18,7 @@ from trainkit._internal.session import CheckpointUploadMode, TrainContext
 from trainkit._internal.storage import CheckpointCorruptError
 from trainkit.backend import Backend, BackendConfig
 from trainkit.callbacks import RunContext, UserCallback
-from trainkit.checkpoint import Checkpoint
+from trainkit.checkpoint import Checkpoint, CheckpointIO
 from trainkit.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from trainkit.context import get_all_reported_checkpoints, get_checkpoint, get_context, get_dataset_shard, report
 from trainkit.hookspecs import hookimpl, hookspec
@@ -33,6 +33,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointConfig",
     "CheckpointCorruptError",
+    "CheckpointIO",
     "CheckpointUploadMode",
     "DataParallelTrainer",
     "FailureConfig",

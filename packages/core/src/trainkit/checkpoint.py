@@ -15,7 +15,7 @@ from trainkit._internal import storage
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
-__all__ = ["Checkpoint"]
+__all__ = ["Checkpoint", "CheckpointIO"]
 
 
 class Checkpoint:
@@ -111,3 +111,42 @@ class Checkpoint:
 
     def __hash__(self) -> int:
         return hash(self.path)
+
+
+class CheckpointIO:
+    """How a framework's state goes into a checkpoint directory and comes back out.
+
+    A plugin subclasses it and overrides ``save`` and ``load_from_directory``; ``load`` verifies a
+    committed checkpoint against its manifest first, so a torn or altered file is never loaded.
+    ``trainkit.testing.CheckpointConformance`` checks an implementation.
+
+    Example::
+
+        class NumpyCheckpointIO(trainkit.CheckpointIO):
+            def save(self, state, directory):
+                np.save(os.path.join(directory, "state.npy"), state)
+
+            def load_from_directory(self, directory):
+                return np.load(os.path.join(directory, "state.npy"))
+
+        io = NumpyCheckpointIO()
+        with tempfile.TemporaryDirectory() as tmp:
+            io.save(weights, tmp)
+            trainkit.report(metrics, checkpoint=Checkpoint.from_directory(tmp))
+        weights = io.load(trainkit.get_checkpoint())
+    """
+
+    def save(self, state: Any, directory: str) -> None:
+        """Write ``state`` as files into the existing local ``directory``."""
+        raise NotImplementedError
+
+    def load_from_directory(self, directory: str) -> Any:
+        """Read back what ``save`` wrote into the local ``directory``."""
+        raise NotImplementedError
+
+    def load(self, checkpoint: Checkpoint) -> Any:
+        """Verify ``checkpoint`` if it was committed (a manifest exists), then load it."""
+        if storage.read_manifest(checkpoint.filesystem, checkpoint.path) is not None:
+            checkpoint.verify()
+        with checkpoint.as_directory() as path:
+            return self.load_from_directory(path)

@@ -13,7 +13,7 @@ Example::
     trainkit_torch.TorchTrainer(train_fn, scaling_config=trainkit.ScalingConfig(num_workers=2)).fit()
 """
 
-from trainkit_torch.checkpoint import load_checkpoint
+from trainkit_torch.checkpoint import TorchCheckpointIO, load_checkpoint
 from trainkit_torch.config import TorchConfig
 from trainkit_torch.train_loop_utils import (
     enable_reproducibility,
@@ -25,6 +25,7 @@ from trainkit_torch.train_loop_utils import (
 from trainkit_torch.trainer import TorchTrainer
 
 __all__ = [
+    "TorchCheckpointIO",
     "TorchConfig",
     "TorchTrainer",
     "enable_reproducibility",

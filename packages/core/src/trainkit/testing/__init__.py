@@ -1,14 +1,41 @@
-"""Test support for trainkit and its plugins: opt-in pytest fixtures.
-
-Enable in a ``conftest.py``::
+"""Test support for trainkit and its plugins: a pytest plugin, opt-in. Enable it in a ``conftest.py``::
 
     pytest_plugins = ["trainkit.testing"]
 
 Fixtures:
-    ray_cluster   a local Ray instance shared by a test module (4 logical CPUs, quiet), shut down after
-    run_config    a factory of ``RunConfig`` objects writing under the test's ``tmp_path``
+    ray_cluster           a quiet local Ray instance for the test module (4 logical CPUs)
+    run_config            a factory of quiet ``RunConfig`` objects writing under ``tmp_path``
+    free_port             a free TCP port on 127.0.0.1 (``find_free_port()`` outside fixtures)
+    no_leaked_env         fails a test that changes the test process's environment variables
+    no_leaked_threads     fails a test that leaves threads running
+    no_leaked_processes   fails a test that leaves child processes running
+
+Suites a plugin's tests subclass: ``BackendConformance``, ``CheckpointConformance``.
+Marker: ``requires(torch=">=2.6", gpus=1)`` skips with a reason that says what is missing.
 """
 
-from trainkit.testing.fixtures import ray_cluster, run_config
+from trainkit.testing.conformance import BackendConformance, CheckpointConformance
+from trainkit.testing.fixtures import (
+    find_free_port,
+    free_port,
+    no_leaked_env,
+    no_leaked_processes,
+    no_leaked_threads,
+    ray_cluster,
+    run_config,
+)
+from trainkit.testing.requirements import gpu_count, requires
 
-__all__ = ["ray_cluster", "run_config"]
+__all__ = [
+    "BackendConformance",
+    "CheckpointConformance",
+    "find_free_port",
+    "free_port",
+    "gpu_count",
+    "no_leaked_env",
+    "no_leaked_processes",
+    "no_leaked_threads",
+    "ray_cluster",
+    "requires",
+    "run_config",
+]

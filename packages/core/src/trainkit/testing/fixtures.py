@@ -1,8 +1,12 @@
-"""pytest fixtures shared by trainkit's own tests and plugin authors' tests."""
+"""pytest fixtures for trainkit's own tests and plugin authors' tests."""
 
 from __future__ import annotations
 
 import itertools
+import os
+import socket
+import threading
+import time
 from typing import Any, Callable, Iterator
 
 import pytest
@@ -10,6 +14,7 @@ import pytest
 from trainkit.config import RunConfig
 
 _names = itertools.count()
+_GRACE_S = 10.0  # how long a guard waits for threads and processes that are already ending
 
 
 @pytest.fixture(scope="module")
@@ -37,3 +42,87 @@ def run_config(tmp_path: Any) -> Callable[..., RunConfig]:
         return RunConfig(**kwargs)
 
     return make
+
+
+def find_free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (the OS picks it)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    return find_free_port()
+
+
+# -- leak guards: each fails the test that leaves something behind in the test process ---------------
+
+@pytest.fixture
+def no_leaked_env() -> Iterator[None]:
+    """Fails a test that adds, changes or removes environment variables of the test process."""
+    before = dict(os.environ)
+    yield
+    after = dict(os.environ)
+    changed = sorted(k for k in before.keys() | after.keys()
+                     if before.get(k) != after.get(k) and k != "PYTEST_CURRENT_TEST")  # pytest's own
+    if changed:
+        for key in changed:
+            if key in before:
+                os.environ[key] = before[key]
+            else:
+                del os.environ[key]
+        pytest.fail(f"the test leaked environment variables: {', '.join(changed)} (restored)")
+
+
+def _wait_until_gone(find: Callable[[], list], grace_s: float = _GRACE_S) -> list:
+    deadline = time.monotonic() + grace_s
+    while (left := find()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
+@pytest.fixture
+def no_leaked_threads() -> Iterator[None]:
+    """Fails a test whose threads are still running ``_GRACE_S`` seconds after it ends."""
+    before = set(threading.enumerate())
+    yield
+    left = _wait_until_gone(lambda: [t for t in threading.enumerate() if t not in before and t.is_alive()])
+    if left:
+        pytest.fail(f"the test leaked threads: {', '.join(sorted(t.name for t in left))}")
+
+
+def _ray_owned(process: Any) -> bool:
+    """Ray keeps a pool of idle worker processes under its raylet; those are Ray's, not a leak."""
+    try:
+        return process.name().startswith("ray::IDLE") or "ray::IDLE" in " ".join(process.cmdline())
+    except Exception:  # noqa: BLE001 - it exited meanwhile
+        return True
+
+
+@pytest.fixture
+def no_leaked_processes() -> Iterator[None]:
+    """Fails a test that leaves new descendant processes of the test process running (Ray's idle
+    worker pool excepted), e.g. a framework's tracker or a worker actor that was never killed."""
+    import psutil
+
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+
+    def new_processes() -> list:
+        return [p for p in me.children(recursive=True)
+                if p.pid not in before and p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+                and not _ray_owned(p)]
+
+    yield
+    left = _wait_until_gone(new_processes)
+    if left:
+        names = []
+        for p in left:
+            try:
+                names.append(f"{p.pid} {' '.join(p.cmdline())[:120]}")
+            except Exception:  # noqa: BLE001
+                pass
+        if names:
+            pytest.fail("the test leaked processes:\n  " + "\n  ".join(names))

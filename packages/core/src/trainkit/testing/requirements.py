@@ -1,0 +1,61 @@
+"""``requires(...)``: one marker for what a test needs, with a skip reason a person can act on."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import shutil
+import subprocess
+
+import pytest
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+
+def gpu_count() -> int:
+    """GPUs this process may use: ``nvidia-smi -L``, narrowed by ``CUDA_VISIBLE_DEVICES``."""
+    if not shutil.which("nvidia-smi"):
+        return 0
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    count = sum(line.startswith("GPU ") for line in listed.splitlines())
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        count = min(count, len([d for d in visible.split(",") if d.strip()]))
+    return count
+
+
+def _unmet(distributions: dict[str, str], gpus: int) -> list[str]:
+    reasons = []
+    for dist, spec in distributions.items():
+        try:
+            wanted = SpecifierSet(spec)
+        except InvalidSpecifier as exc:
+            raise ValueError(f"requires({dist}={spec!r}): not a version specifier such as '>=2.4'") from exc
+        try:
+            installed = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            reasons.append(f"needs {dist}{spec} (not installed)")
+            continue
+        if not wanted.contains(installed, prereleases=True):
+            reasons.append(f"needs {dist}{spec} (installed: {installed})")
+    if gpus and (found := gpu_count()) < gpus:
+        reasons.append(f"needs {gpus} GPU{'s' if gpus > 1 else ''} (found {found})")
+    return reasons
+
+
+def requires(gpus: int = 0, **distributions: str) -> pytest.MarkDecorator:
+    """Skip unless the named distributions are installed in the given version ranges and enough
+    GPUs are visible. Works on test functions and classes.
+
+    Example::
+
+        @requires(torch=">=2.6", gpus=2)
+        def test_fsdp_on_two_gpus(ray_cluster): ...
+
+    skips with "needs torch>=2.6 (installed: 2.4.1); needs 2 GPUs (found 0)".
+    Distribution names with dashes are written with underscores (``requires(lightning_fabric="")``).
+    """
+    reasons = _unmet({name.replace("_", "-"): spec for name, spec in distributions.items()}, gpus)
+    return pytest.mark.skipif(bool(reasons), reason="; ".join(reasons) or "requirements met")
