@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from trainkit._internal.session import CheckpointUploadMode, TrainContext, get_session
+from trainkit._internal.session import CheckpointUploadMode, TrainContext, current_context, get_session
 from trainkit.checkpoint import Checkpoint
 
 __all__ = ["report", "get_context", "get_checkpoint", "get_dataset_shard", "get_all_reported_checkpoints"]
@@ -41,14 +41,15 @@ def report(
 
 
 def get_context() -> TrainContext:
-    """This worker's ranks, world size, run name and storage.
+    """This worker's ranks, world size, run name and storage. Works in the training function and,
+    on a worker, in functions a backend runs there before it (``worker_group.execute``).
 
     Example::
 
         ctx = trainkit.get_context()
         print(ctx.get_world_rank(), ctx.get_world_size())
     """
-    return get_session("get_context").context
+    return current_context()
 
 
 def get_checkpoint() -> Checkpoint | None:

@@ -3,26 +3,12 @@
 from __future__ import annotations
 
 import os
-import socket
 from datetime import timedelta
 
 from trainkit import Backend
 
 from trainkit_torch.config import TorchConfig
 from trainkit_torch.train_loop_utils import gpu_index
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def _address_and_port(loopback: bool) -> tuple[str, int]:
-    import ray
-
-    host = "127.0.0.1" if loopback else ray.util.get_node_ip_address()
-    return host, _free_port(host)
 
 
 def _init_process_group(backend: str | None, init_method: str, master: tuple[str, int], rank: int,
@@ -56,8 +42,7 @@ def _destroy_process_group() -> None:
 class TorchBackend(Backend):
     def on_start(self, worker_group, backend_config: TorchConfig) -> None:
         workers = worker_group.workers
-        loopback = len({w.node_id for w in workers}) == 1
-        master = worker_group.execute_single(0, _address_and_port, loopback)
+        master = worker_group.free_address(0)
         import ray
 
         node_sizes: dict[int, int] = {}

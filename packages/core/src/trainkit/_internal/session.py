@@ -205,11 +205,25 @@ class Session:
 
 
 _session: Session | None = None
+_worker_context: TrainContext | None = None  # set when a worker joins, before its backend's on_start
 
 
 def set_session(session: Session | None) -> None:
     global _session
     _session = session
+
+
+def set_worker_context(context: TrainContext | None) -> None:
+    global _worker_context
+    _worker_context = context
+
+
+def current_context() -> TrainContext:
+    """The running session's context, or on a worker whose training has not started yet (a
+    backend's ``on_start`` functions), the worker's."""
+    if _session is None and _worker_context is not None:
+        return _worker_context
+    return get_session("get_context").context
 
 
 def get_session(caller: str) -> Session:

@@ -18,7 +18,7 @@ import traceback
 from typing import Any, Callable
 
 from trainkit._internal.events import Failed, Finished, Output
-from trainkit._internal.session import Session, TrainContext, set_session
+from trainkit._internal.session import Session, TrainContext, set_session, set_worker_context
 from trainkit._internal.storage import RunStorage
 from trainkit.checkpoint import Checkpoint
 
@@ -107,6 +107,7 @@ class Worker:
     def setup(self, context: TrainContext, env: dict[str, str]) -> None:
         os.environ.update(env)
         self._context = context
+        set_worker_context(context)
         sys.stdout = _RankOutput(sys.__stdout__, context.world_rank, self._events.put)
         sys.stderr = _RankOutput(sys.__stderr__, context.world_rank, self._events.put)
         from trainkit._internal.plugins import get_plugins
@@ -158,6 +159,7 @@ class Worker:
         if self._context is not None:
             get_plugins().hook.trainkit_worker_stop(context=self._context)
         set_session(None)
+        set_worker_context(None)
 
     def __repr__(self) -> str:  # Ray uses it to name the actor in its own logs
         return f"trainkit rank {self._context.world_rank}" if self._context else "trainkit worker"

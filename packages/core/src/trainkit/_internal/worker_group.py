@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from trainkit._internal import net
 from trainkit._internal.session import TrainContext
 from trainkit._internal.worker import Worker
 from trainkit.config import ScalingConfig
@@ -114,6 +115,13 @@ class WorkerGroup:
         import ray
 
         return ray.get(self.workers[rank].actor.execute.remote(fn, *args, **kwargs))
+
+    def free_address(self, rank: int = 0) -> tuple[str, int]:
+        """A host other ranks reach ``rank``'s node at, and a TCP port free there, for a framework's
+        rendezvous: 127.0.0.1 when the whole group is on one node (nothing listens beyond
+        loopback), else that node's IP."""
+        loopback = len({w.node_id for w in self.workers}) == 1
+        return self.execute_single(rank, net.free_address, loopback)
 
     def shutdown(self, graceful: bool, timeout_s: float = 10.0) -> None:
         """Stop every worker (running stop hooks first when ``graceful``) and free the placement group."""

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import itertools
 import os
-import socket
 import threading
 import time
 from typing import Any, Callable, Iterator
 
 import pytest
 
+from trainkit._internal.net import free_port as find_free_port
 from trainkit.config import RunConfig
 
 _names = itertools.count()
@@ -42,13 +42,6 @@ def run_config(tmp_path: Any) -> Callable[..., RunConfig]:
         return RunConfig(**kwargs)
 
     return make
-
-
-def find_free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now (the OS picks it)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

@@ -1,0 +1,36 @@
+"""``MyFrameworkConfig``: the framework's settings. Importing this module does not import it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from trainkit import BackendConfig
+
+
+@dataclass
+class MyFrameworkConfig(BackendConfig):
+    """How workers join MyFramework's communication.
+
+    Attributes:
+        timeout_s: how long a worker waits for the others to join.
+    """
+
+    # Imported on every worker while the driver is still wiring the group.
+    prewarm_modules: ClassVar[tuple[str, ...]] = ("myframework",)
+
+    timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:  # bad input fails here, naming the field, before any work starts
+        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or self.timeout_s <= 0:
+            raise ValueError(f"timeout_s={self.timeout_s!r} is invalid: expected a number > 0")
+
+    @property
+    def backend_cls(self):
+        from trainkit_myframework.backend import MyFrameworkBackend
+
+        return MyFrameworkBackend
+
+    @property
+    def name(self) -> str:
+        return "myframework"
