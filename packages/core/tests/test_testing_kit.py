@@ -81,3 +81,15 @@ def test_backend_conformance_fails_a_backend_that_does_not_communicate(run_tests
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*TestNoCommunication.test_collective_communicates_across_workers*",
                                  "*assert ?1.0, 2.0? == ?3.0, 3.0?*"])  # each rank saw only its own value
+
+
+def test_requires_gpus_marks_the_test_for_the_gpu_session(run_tests):
+    result = run_tests("""
+        from trainkit.testing import requires
+
+        @requires(gpus=1)
+        def test_on_gpu(): pass
+
+        def test_on_cpu(): pass
+    """, "-m", "gpu")
+    result.assert_outcomes(skipped=1, deselected=1)

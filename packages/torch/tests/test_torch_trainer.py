@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import trainkit
+from trainkit.testing import requires
 from trainkit import ScalingConfig
 from trainkit_torch import TorchConfig, TorchTrainer, get_device, prepare_data_loader, prepare_model
 
@@ -92,7 +93,7 @@ def test_fsdp_on_cpu_fails_with_advice(ray_cluster, run_config):
         prepare_model(torch.nn.Linear(2, 1), parallel_strategy="zero")
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="FSDP and NCCL need CUDA GPUs; this machine has none")
+@requires(gpus=2)  # FSDP and NCCL need CUDA GPUs
 def test_fsdp_on_gpus(ray_cluster, run_config):
     def fn():
         import torch.distributed as dist

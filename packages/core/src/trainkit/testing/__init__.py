@@ -39,3 +39,7 @@ __all__ = [
     "requires",
     "run_config",
 ]
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "gpu: needs a GPU (set by trainkit.testing.requires(gpus=n))")

@@ -45,9 +45,10 @@ def _unmet(distributions: dict[str, str], gpus: int) -> list[str]:
     return reasons
 
 
-def requires(gpus: int = 0, **distributions: str) -> pytest.MarkDecorator:
+def requires(gpus: int = 0, **distributions: str):
     """Skip unless the named distributions are installed in the given version ranges and enough
-    GPUs are visible. Works on test functions and classes.
+    GPUs are visible; with ``gpus`` the test is also marked ``gpu`` (``pytest -m gpu`` selects the
+    GPU checks, ``nox -s gpu`` runs them). Decorates test functions and classes.
 
     Example::
 
@@ -58,4 +59,7 @@ def requires(gpus: int = 0, **distributions: str) -> pytest.MarkDecorator:
     Distribution names with dashes are written with underscores (``requires(lightning_fabric="")``).
     """
     reasons = _unmet({name.replace("_", "-"): spec for name, spec in distributions.items()}, gpus)
-    return pytest.mark.skipif(bool(reasons), reason="; ".join(reasons) or "requirements met")
+    skip = pytest.mark.skipif(bool(reasons), reason="; ".join(reasons) or "requirements met")
+    if not gpus:
+        return skip
+    return lambda test: pytest.mark.gpu(skip(test))
