@@ -92,7 +92,8 @@ def _matrix_session(package: Path, row: dict) -> None:
         elif package == CORE:  # core alone: no framework may be importable, and its tests need none
             _install_core(session, *requirements)
             session.run("python", "-c", "import importlib.util as u, sys; "
-                        f"sys.exit(sorted(f for f in {FRAMEWORKS!r} if u.find_spec(f)))")
+                        f"found = [f for f in {FRAMEWORKS!r} if u.find_spec(f)]; "
+                        "sys.exit(f'frameworks importable in core alone: {found}' if found else 0)")
         else:
             _install_core(session, *requirements)
             session.install("-e", str(package), *requirements)

@@ -1,8 +1,11 @@
 """DataParallelTrainer on real Ray workers (no ML framework): reports, commits, failures, resume."""
 
+import contextlib
+import dataclasses
 import json
 import os
 import tempfile
+import threading
 import time
 
 import pytest
@@ -101,3 +104,28 @@ def test_unpicklable_function_fails_before_workers_start(run_config):
 
     with pytest.raises(TypeError, match="cannot be sent to workers"):
         DataParallelTrainer(uses_lock, scaling_config=TWO, run_config=run_config()).fit()
+
+
+_entered = threading.local()
+
+
+@dataclasses.dataclass
+class _ThreadStateConfig(trainkit.BackendConfig):
+    """A backend whose framework state must live in the training thread (as XGBoost's communicator)."""
+
+    @contextlib.contextmanager
+    def train_fn_context(self):
+        _entered.value = threading.get_ident()
+        yield
+        _entered.value = None
+
+
+def _thread_state_fn():
+    trainkit.report({"entered_in_this_thread": getattr(_entered, "value", None) == threading.get_ident()})
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_backend_config_context_wraps_the_training_thread(ray_cluster, run_config, num_workers):
+    result = DataParallelTrainer(_thread_state_fn, backend_config=_ThreadStateConfig(),
+                                 scaling_config=ScalingConfig(num_workers=num_workers), run_config=run_config()).fit()
+    assert result.metrics == {"entered_in_this_thread": True}

@@ -23,8 +23,9 @@ Example (a framework that needs a coordinator address on every worker)::
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, ContextManager
 
 if TYPE_CHECKING:
     from trainkit._internal.worker_group import WorkerGroup
@@ -62,6 +63,12 @@ class BackendConfig:
     @property
     def backend_cls(self) -> type[Backend]:
         return Backend
+
+    def train_fn_context(self) -> ContextManager[object]:
+        """Entered on every worker around the training function, in the thread that runs it (and
+        around it in local mode): for framework state that lives with the training thread, such as
+        XGBoost's communicator. Runs after ``Backend.on_training_start``. Default: nothing."""
+        return contextlib.nullcontext()
 
     @property
     def name(self) -> str:

@@ -203,7 +203,7 @@ class Controller:
             backend.on_training_start(group, self.backend_config)
             import ray
 
-            ray.get([w.actor.start.remote(self.train_fn, self.train_loop_config, self.storage,
+            ray.get([w.actor.start.remote(self.train_fn, self.train_loop_config, self.backend_config, self.storage,
                                           self.state.next_report_index, self._latest_checkpoint(), self.datasets)
                      for w in group.workers])
             self.display.update(workers=num_workers)
@@ -325,7 +325,8 @@ class Controller:
         self.display.update(attempt=self.state.attempt, workers=1)
         try:
             backend.on_local_start(self.backend_config)
-            outcome.return_value = call_train_fn(self.train_fn, self.train_loop_config)
+            with self.backend_config.train_fn_context():
+                outcome.return_value = call_train_fn(self.train_fn, self.train_loop_config)
             session.finish()
             backend.on_local_shutdown(self.backend_config)
         except Exception as exc:  # noqa: BLE001

@@ -20,6 +20,7 @@ from typing import Any, Callable
 from trainkit._internal.events import Failed, Finished, Output
 from trainkit._internal.session import Session, TrainContext, set_session, set_worker_context
 from trainkit._internal.storage import RunStorage
+from trainkit.backend import BackendConfig
 from trainkit.checkpoint import Checkpoint
 
 
@@ -117,8 +118,8 @@ class Worker:
     def execute(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
 
-    def start(self, fn: Callable, config: dict | None, storage: RunStorage, next_index: int,
-              checkpoint: Checkpoint | None, datasets: dict[str, Any] | None) -> None:
+    def start(self, fn: Callable, config: dict | None, backend_config: BackendConfig, storage: RunStorage,
+              next_index: int, checkpoint: Checkpoint | None, datasets: dict[str, Any] | None) -> None:
         assert self._context is not None, "setup() must run first"
         rank = self._context.world_rank
         self._session = Session(self._context, storage, self._events.put, next_index=next_index,
@@ -127,7 +128,8 @@ class Worker:
 
         def run() -> None:
             try:
-                value = call_train_fn(fn, config)
+                with backend_config.train_fn_context():
+                    value = call_train_fn(fn, config)
                 self._session.finish()
                 event: Any = Finished(rank, value)
             except BaseException as exc:  # noqa: BLE001 - every error goes to the driver

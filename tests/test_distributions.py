@@ -1,0 +1,41 @@
+"""Every first-party plugin has the shape the conventions promise: one distribution per framework,
+named and wired the same way, a core extra naming it, a test matrix with the oldest supported and
+latest versions, and tests that run trainkit.testing's conformance suites."""
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+CORE = tomllib.loads((ROOT / "packages" / "core" / "pyproject.toml").read_text())
+PLUGINS = sorted(p.parent for p in ROOT.glob("packages/*/pyproject.toml") if p.parent.name != "core")
+
+
+def test_there_are_plugins():
+    assert PLUGINS
+
+
+@pytest.mark.parametrize("package", PLUGINS, ids=lambda p: p.name)
+def test_plugin_layout(package):
+    name = package.name
+    project = tomllib.loads((package / "pyproject.toml").read_text())
+    meta = project["project"]
+    assert meta["name"] == f"trainkit-{name}"
+    assert meta["version"] == CORE["project"]["version"]
+    major_minor = ".".join(CORE["project"]["version"].split(".")[:2])
+    assert f"trainkit=={major_minor}.*" in meta["dependencies"]
+    assert meta["entry-points"]["trainkit.plugins"] == {name: f"trainkit_{name}._plugin"}
+    assert (package / "src" / f"trainkit_{name}" / "_plugin.py").is_file()
+    assert (package / "README.md").is_file()
+
+    extras = CORE["project"]["optional-dependencies"]
+    assert extras[name] == [f"trainkit-{name}=={major_minor}.*"]
+    assert f"trainkit-{name}=={major_minor}.*" in extras["all"]
+
+    rows = project["tool"]["trainkit"]["test-matrix"]
+    assert len(rows) >= 2, "test the oldest supported and the latest release"
+    assert sum(bool(row.get("ci")) for row in rows) == 1
+
+    tests = "".join(p.read_text() for p in (package / "tests").glob("test_*.py"))
+    assert "BackendConformance" in tests and "CheckpointConformance" in tests
