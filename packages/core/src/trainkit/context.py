@@ -69,3 +69,25 @@ def get_all_reported_checkpoints(timeout: float | None = None) -> list[tuple[Che
     """``(checkpoint, metrics)`` of every checkpoint committed so far in this attempt, waiting until
     all checkpoints this rank reported are committed."""
     return get_session("get_all_reported_checkpoints").all_reported_checkpoints(timeout)
+
+
+def shard(data: Any, rank: int | None = None, world_size: int | None = None) -> Any:
+    """This rank's contiguous part of ``data``: rows of a NumPy array or pandas frame, items of a
+    list (e.g. file names), anything with ``len`` and slicing. Parts differ in size by at most
+    one; rank and world size default to this worker's.
+
+    Example::
+
+        x_train, y_train = trainkit.shard(x), trainkit.shard(y)       # rows of this rank
+        files = trainkit.shard(sorted(glob.glob("data/part-*.parquet")))
+    """
+    if rank is None or world_size is None:
+        context = current_context()
+        rank, world_size = context.get_world_rank(), context.get_world_size()
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank={rank} is invalid: expected 0 <= rank < world_size={world_size}")
+    size = len(data)
+    if size < world_size:
+        raise ValueError(f"data has {size} rows/items, fewer than the {world_size} workers: every rank needs one")
+    start, stop = rank * size // world_size, (rank + 1) * size // world_size
+    return data.iloc[start:stop] if hasattr(data, "iloc") else data[start:stop]

@@ -1,0 +1,82 @@
+"""``ReportCallback``: XGBoost's evaluation results to ``trainkit.report``, with model checkpoints."""
+
+from __future__ import annotations
+
+import tempfile
+from typing import Any
+
+import xgboost
+from xgboost.callback import TrainingCallback
+
+import trainkit
+from trainkit import Checkpoint
+
+from trainkit_xgboost.checkpoint import XGBoostCheckpointIO
+
+
+class ReportCallback(TrainingCallback):
+    """Reports the latest evaluation results every round; with ``frequency=k`` every k-th round
+    (and, with ``checkpoint_at_end``, the last) carries a checkpoint of the model saved by rank 0.
+
+    Args:
+        metrics: which results to report: a name (``"eval-logloss"``), a list of names, or a dict
+            ``{reported_name: xgboost_name}``; all of them when None. Names are ``<eval set>-<metric>``.
+        filename: the model file in the checkpoint.
+        frequency: checkpoint every this many rounds; 0 checkpoints only at the end.
+        checkpoint_at_end: checkpoint after the last round (unless that round already was).
+
+    Example::
+
+        booster = xgboost.train(params, dtrain, evals=[(dtrain, "train")], num_boost_round=50,
+                                callbacks=[ReportCallback(metrics={"loss": "train-logloss"}, frequency=10)])
+        booster = ReportCallback.get_model(result.checkpoint)
+    """
+
+    def __init__(self, metrics: str | list[str] | dict[str, str] | None = None, filename: str = "model.ubj",
+                 frequency: int = 0, checkpoint_at_end: bool = True):
+        if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 0:
+            raise ValueError(f"frequency={frequency!r} is invalid: expected an int >= 0 (0: only at the end)")
+        if isinstance(metrics, str):
+            metrics = [metrics]
+        self._metrics = dict(zip(metrics, metrics)) if isinstance(metrics, list) else metrics
+        self._io = XGBoostCheckpointIO(filename)
+        self._frequency, self._checkpoint_at_end = frequency, checkpoint_at_end
+        self._latest: dict[str, Any] = {}
+        self._last_checkpointed: int | None = None
+
+    @classmethod
+    def get_model(cls, checkpoint: Checkpoint, filename: str = "model.ubj") -> xgboost.Booster:
+        """The Booster in a checkpoint this callback reported, verified against its manifest."""
+        return XGBoostCheckpointIO(filename).load(checkpoint)
+
+    def _results(self, evals_log: dict) -> dict[str, Any]:
+        flat = {f"{data}-{metric}": values[-1] for data, metrics in evals_log.items()
+                for metric, values in metrics.items()}
+        if self._metrics is None:
+            return flat
+        missing = [name for name in self._metrics.values() if name not in flat]
+        if missing:
+            raise KeyError(f"ReportCallback(metrics=...) names {missing}, but XGBoost reported {sorted(flat)}")
+        return {key: flat[name] for key, name in self._metrics.items()}
+
+    def _report(self, model: xgboost.Booster, with_checkpoint: bool) -> None:
+        metrics = {**self._latest, "iteration": model.num_boosted_rounds()}
+        if not with_checkpoint or trainkit.get_context().get_world_rank() != 0:
+            trainkit.report(metrics)  # every rank reports; rank 0 alone saves the (identical) model
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            self._io.save(model, tmp)
+            trainkit.report(metrics, checkpoint=Checkpoint.from_directory(tmp))
+
+    def after_iteration(self, model: xgboost.Booster, epoch: int, evals_log: dict) -> bool:
+        self._latest = self._results(evals_log)
+        checkpoint = bool(self._frequency) and (epoch + 1) % self._frequency == 0
+        if checkpoint:
+            self._last_checkpointed = model.num_boosted_rounds()
+        self._report(model, checkpoint)
+        return False
+
+    def after_training(self, model: xgboost.Booster) -> xgboost.Booster:
+        if self._checkpoint_at_end and self._last_checkpointed != model.num_boosted_rounds():
+            self._report(model, True)
+        return model
