@@ -120,8 +120,19 @@ class WorkerGroup:
         """A host other ranks reach ``rank``'s node at, and a TCP port free there, for a framework's
         rendezvous: 127.0.0.1 when the whole group is on one node (nothing listens beyond
         loopback), else that node's IP."""
-        loopback = len({w.node_id for w in self.workers}) == 1
-        return self.execute_single(rank, net.free_address, loopback)
+        return self.execute_single(rank, net.free_address, self._single_node())
+
+    def free_addresses(self) -> list[tuple[str, int]]:
+        """``free_address`` of every rank, in rank order, no two alike (for frameworks where every
+        worker listens, e.g. LightGBM, TF_CONFIG)."""
+        for _ in range(5):  # ranks on one node may, rarely, be offered the same free port
+            addresses = [tuple(a) for a in self.execute(net.free_address, self._single_node())]
+            if len(set(addresses)) == len(addresses):
+                break
+        return addresses
+
+    def _single_node(self) -> bool:
+        return len({w.node_id for w in self.workers}) == 1
 
     def shutdown(self, graceful: bool, timeout_s: float = 10.0) -> None:
         """Stop every worker (running stop hooks first when ``graceful``) and free the placement group."""

@@ -1,0 +1,72 @@
+"""``ReportCallback``: LightGBM's evaluation results to ``trainkit.report``, with model checkpoints."""
+
+from __future__ import annotations
+
+import tempfile
+from typing import Any
+
+import lightgbm
+
+import trainkit
+from trainkit import Checkpoint
+
+from trainkit_lightgbm.checkpoint import LightGBMCheckpointIO
+
+
+class ReportCallback:
+    """Reports the latest evaluation results every round; with ``frequency=k`` every k-th round
+    (and, with ``checkpoint_at_end``, the last) carries a checkpoint of the model saved by rank 0.
+
+    Args:
+        metrics: which results to report: a name (``"valid_0-binary_logloss"``), a list of names,
+            or a dict ``{reported_name: lightgbm_name}``; all when None. Names are ``<data>-<metric>``.
+        filename: the model file in the checkpoint.
+        frequency: checkpoint every this many rounds; 0 checkpoints only at the end.
+        checkpoint_at_end: checkpoint after the last round (unless that round already was).
+
+    Example::
+
+        lightgbm.train(params, train_set, valid_sets=[train_set], valid_names=["train"],
+                       callbacks=[ReportCallback(metrics={"loss": "train-binary_logloss"}, frequency=10)])
+        booster = ReportCallback.get_model(result.checkpoint)
+    """
+
+    # After record_evaluation (20), before early_stopping (30), which ends training by raising:
+    # the round that stops training is still reported; report the final model after train() returns.
+    order = 25
+
+    def __init__(self, metrics: str | list[str] | dict[str, str] | None = None, filename: str = "model.txt",
+                 frequency: int = 0, checkpoint_at_end: bool = True):
+        if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 0:
+            raise ValueError(f"frequency={frequency!r} is invalid: expected an int >= 0 (0: only at the end)")
+        if isinstance(metrics, str):
+            metrics = [metrics]
+        self._metrics = dict(zip(metrics, metrics)) if isinstance(metrics, list) else metrics
+        self._io = LightGBMCheckpointIO(filename)
+        self._frequency, self._checkpoint_at_end = frequency, checkpoint_at_end
+
+    @classmethod
+    def get_model(cls, checkpoint: Checkpoint, filename: str = "model.txt") -> lightgbm.Booster:
+        """The Booster in a checkpoint this callback reported, verified against its manifest."""
+        return LightGBMCheckpointIO(filename).load(checkpoint)
+
+    def _results(self, evaluation_results: list) -> dict[str, Any]:
+        flat = {f"{data}-{metric}": value for data, metric, value, *_ in evaluation_results or []}
+        if self._metrics is None:
+            return flat
+        missing = [name for name in self._metrics.values() if name not in flat]
+        if missing:
+            raise KeyError(f"ReportCallback(metrics=...) names {missing}, but LightGBM reported {sorted(flat)}")
+        return {key: flat[name] for key, name in self._metrics.items()}
+
+    def __call__(self, env: Any) -> None:
+        rounds = env.iteration + 1
+        last = rounds == env.end_iteration
+        checkpoint = (bool(self._frequency) and rounds % self._frequency == 0) or (last and self._checkpoint_at_end)
+        metrics = {**self._results(env.evaluation_result_list), "iteration": rounds}
+        if not checkpoint or trainkit.get_context().get_world_rank() != 0:
+            trainkit.report(metrics)  # every rank reports; rank 0 alone saves the (identical) model
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            self._io.save(env.model, tmp)
+            trainkit.report(metrics, checkpoint=Checkpoint.from_directory(tmp))
