@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 DOC = Path(__file__).parents[1] / "docs" / "migrating-from-ray-train.md"
 
 
@@ -39,3 +41,18 @@ def test_ray_train_torch_linear_example_runs_after_migration(tmp_path):
     assert "'loss'" in out.stdout  # the script prints result.metrics
     runs = list((tmp_path / "results").iterdir())
     assert len(runs) == 1 and (runs[0] / "checkpoint_000002" / ".manifest.json").exists()
+
+
+@pytest.mark.parametrize("framework", ["xgboost", "lightgbm"])
+def test_ray_train_gbdt_scripts_run_after_migration(tmp_path, framework):
+    source = (Path(__file__).parent / "ray_train_scripts" / f"{framework}_breast_cancer.py").read_text()
+    migrated = migrate(source)
+    assert "ray.train" not in migrated and "RayTrain" not in migrated
+    script = tmp_path / f"{framework}_breast_cancer.py"
+    script.write_text(migrated)
+    env = {**os.environ, "TRAINKIT_STORAGE_PATH": str(tmp_path / "results"), "TRAINKIT_VERBOSE": "0"}
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "rounds: 20" in out.stdout and "'loss'" in out.stdout
+    run = tmp_path / "results" / f"{framework}_breast_cancer"
+    assert len(list(run.glob("checkpoint_*/.manifest.json"))) == 4  # rounds 5, 10, 15, 20
