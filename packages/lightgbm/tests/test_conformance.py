@@ -22,6 +22,7 @@ def all_reduce_sum(value: float) -> float:
 
 class TestLightGBMBackend(BackendConformance):
     backend_config = LightGBMConfig()
+    framework_modules = ("lightgbm",)
     all_reduce_sum = staticmethod(all_reduce_sum)
 
 

@@ -14,6 +14,7 @@ def all_reduce_sum(value: float) -> float:
 
 class TestTorchBackend(BackendConformance):
     backend_config = TorchConfig()
+    framework_modules = ("torch",)
     all_reduce_sum = staticmethod(all_reduce_sum)
 
 

@@ -14,6 +14,7 @@ def all_reduce_sum(value: float) -> float:
 
 class TestXGBoostBackend(BackendConformance):
     backend_config = XGBoostConfig()
+    framework_modules = ("xgboost",)
     all_reduce_sum = staticmethod(all_reduce_sum)
 
 

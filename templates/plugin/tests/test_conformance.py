@@ -13,6 +13,7 @@ def all_reduce_sum(value: float) -> float:
 
 class TestMyFrameworkBackend(BackendConformance):
     backend_config = MyFrameworkConfig()
+    framework_modules = ("myframework",)  # TODO: your framework's top-level modules
     all_reduce_sum = staticmethod(all_reduce_sum)
 
 

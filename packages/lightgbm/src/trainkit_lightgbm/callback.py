@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import tempfile
-from typing import Any
-
-import lightgbm
+from typing import TYPE_CHECKING, Any
 
 import trainkit
 from trainkit import Checkpoint
 
 from trainkit_lightgbm.checkpoint import LightGBMCheckpointIO
+
+if TYPE_CHECKING:
+    import lightgbm
 
 
 class ReportCallback:
@@ -46,7 +47,7 @@ class ReportCallback:
         self._frequency, self._checkpoint_at_end = frequency, checkpoint_at_end
 
     @classmethod
-    def get_model(cls, checkpoint: Checkpoint, filename: str = "model.txt") -> lightgbm.Booster:
+    def get_model(cls, checkpoint: Checkpoint, filename: str = "model.txt") -> "lightgbm.Booster":
         """The Booster in a checkpoint this callback reported, verified against its manifest."""
         return LightGBMCheckpointIO(filename).load(checkpoint)
 

@@ -27,7 +27,10 @@ in its ``conftest.py``)::
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import tempfile
 from typing import Any, Callable, ClassVar
 
@@ -82,12 +85,15 @@ class BackendConformance:
     ``backend_config``  an instance of the plugin's ``BackendConfig``
     ``all_reduce_sum``  a staticmethod ``(value: float) -> float`` that sums ``value`` over all ranks
                         with the framework's own collective; runs inside the training function.
+    ``framework_modules``  the framework's top-level modules, which loading plugins and importing
+                        the plugin's package must not import (e.g. ``("torch",)``).
 
     Every test also fails when it leaves environment variables, threads or processes behind in
     the driver. Override ``trainer`` if the plugin's trainer needs more than a backend config.
     """
 
     backend_config: ClassVar[BackendConfig]
+    framework_modules: ClassVar[tuple[str, ...]] = ()
     num_workers: ClassVar[int] = 2
 
     @staticmethod
@@ -103,6 +109,22 @@ class BackendConformance:
         config["all_reduce_sum"] = type(self).all_reduce_sum
         self.trainer(train_fn, run_config(callbacks=[collect]), config).fit()
         return collect.reports
+
+    def test_loading_plugins_imports_no_framework(self) -> None:
+        package = type(self.backend_config).__module__.split(".")[0]
+        code = (f"import json, sys, trainkit, {package}\n"
+                "from trainkit._internal.plugins import get_plugins\n"
+                "plugins = get_plugins()\n"
+                "print(json.dumps({'imported': sorted(m for m in %r if m in sys.modules),\n"
+                "                  'registered': [e.config_cls.__name__ for e in plugins.backends.entries.values()],\n"
+                "                  'problems': [i.reason for i in plugins.infos.values() if i.status == 'error']}))"
+                % (self.framework_modules,))
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-3000:]
+        report = json.loads(out.stdout.strip().splitlines()[-1])
+        assert report["imported"] == [], f"importing {package} and loading plugins imported {report['imported']}"
+        assert type(self.backend_config).__name__ in report["registered"], report
+        assert report["problems"] == []
 
     @_GUARDS
     def test_ranks_and_world_size(self, run_config) -> None:
