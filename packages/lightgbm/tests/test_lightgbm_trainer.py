@@ -84,15 +84,16 @@ def test_resumes_from_the_last_checkpoint_after_a_failure(ray_cluster, run_confi
 
 
 def test_local_mode_trains_alone(run_config):
-    assert get_network_params() == {}
     result = LightGBMTrainer(train_fn, train_loop_config={"rounds": 3, "frequency": 0},
                              scaling_config=ScalingConfig(num_workers=0), run_config=run_config()).fit()
     assert ReportCallback.get_model(result.checkpoint).current_iteration() == 3
 
 
 def test_bad_settings_name_the_field():
-    with pytest.raises(ValueError, match="timeout_min=0"):
-        LightGBMConfig(timeout_min=0)
+    with pytest.raises(ValueError, match="timeout_s=0"):
+        LightGBMConfig(timeout_s=0)
+    with pytest.raises(ValueError, match="metrics="):
+        ReportCallback(metrics=3)
     with pytest.raises(ValueError, match="frequency=1.5"):
         ReportCallback(frequency=1.5)
     with pytest.raises(TypeError, match="lightgbm_config must be a LightGBMConfig"):

@@ -107,3 +107,12 @@ def test_unknown_metric_names_what_xgboost_reported(run_config):
 
     with pytest.raises(trainkit.TrainingFailedError, match="train-logloss"):
         XGBoostTrainer(fn, scaling_config=ScalingConfig(num_workers=0), run_config=run_config()).fit()
+
+
+def test_checkpoint_rounds_count_the_rounds_of_a_continued_model(run_config):
+    rc = run_config()
+    local = ScalingConfig(num_workers=0)
+    XGBoostTrainer(train_fn, train_loop_config={"rounds": 3, "frequency": 0}, scaling_config=local, run_config=rc).fit()
+    resumed = XGBoostTrainer(train_fn, train_loop_config={"rounds": 10, "frequency": 5}, scaling_config=local,
+                             run_config=run_config(name=rc.name, storage_path=rc.storage_path)).fit()
+    assert [m["iteration"] for _, m in resumed.best_checkpoints] == [3, 5, 10]  # not 8 and 13

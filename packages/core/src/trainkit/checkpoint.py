@@ -136,6 +136,14 @@ class CheckpointIO:
         weights = io.load(trainkit.get_checkpoint())
     """
 
+    @staticmethod
+    def check_filename(filename: str) -> str:
+        """``filename`` if it is a plain file name a checkpoint may hold, else ``ValueError``."""
+        if not isinstance(filename, str) or not filename or filename.startswith(".") or "/" in filename:
+            raise ValueError(f"filename={filename!r} is invalid: expected a plain file name not starting "
+                             "with '.' (trainkit's own files do)")
+        return filename
+
     def save(self, state: Any, directory: str) -> None:
         """Write ``state`` as files into the existing local ``directory``."""
         raise NotImplementedError
@@ -143,6 +151,18 @@ class CheckpointIO:
     def load_from_directory(self, directory: str) -> Any:
         """Read back what ``save`` wrote into the local ``directory``."""
         raise NotImplementedError
+
+    def report(self, metrics: dict[str, Any], state: Any) -> None:
+        """``trainkit.report(metrics)`` on every rank, with a checkpoint of ``state`` saved by rank 0:
+        for states every rank holds identically (data-parallel replicas, a shared booster)."""
+        from trainkit.context import get_context, report
+
+        if get_context().get_world_rank() != 0:
+            report(metrics)
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            self.save(state, tmp)
+            report(metrics, checkpoint=Checkpoint.from_directory(tmp))
 
     def load(self, checkpoint: Checkpoint) -> Any:
         """Verify ``checkpoint`` if it was committed (a manifest exists), then load it."""

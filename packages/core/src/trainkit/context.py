@@ -49,7 +49,7 @@ def get_context() -> TrainContext:
         ctx = trainkit.get_context()
         print(ctx.get_world_rank(), ctx.get_world_size())
     """
-    return current_context()
+    return current_context("get_context")
 
 
 def get_checkpoint() -> Checkpoint | None:
@@ -82,8 +82,9 @@ def shard(data: Any, rank: int | None = None, world_size: int | None = None) -> 
         files = trainkit.shard(sorted(glob.glob("data/part-*.parquet")))
     """
     if rank is None or world_size is None:
-        context = current_context()
-        rank, world_size = context.get_world_rank(), context.get_world_size()
+        context = current_context("shard")
+        rank = context.get_world_rank() if rank is None else rank
+        world_size = context.get_world_size() if world_size is None else world_size
     if not 0 <= rank < world_size:
         raise ValueError(f"rank={rank} is invalid: expected 0 <= rank < world_size={world_size}")
     size = len(data)

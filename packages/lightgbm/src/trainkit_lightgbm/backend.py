@@ -8,8 +8,7 @@ all ranks to the next one (ranks call it in step, once per ``lightgbm.train``).
 
 from __future__ import annotations
 
-import contextlib
-import socket
+import math
 from typing import Any
 
 import trainkit
@@ -17,7 +16,7 @@ from trainkit import Backend
 
 from trainkit_lightgbm.config import LightGBMConfig
 
-PORTS_PER_WORKER = 16
+TRAININGS_PER_ATTEMPT = 64  # fresh ports for this many lightgbm.train calls per worker and attempt
 _network: dict[str, Any] | None = None  # this worker's, between on_training_start and on_shutdown
 
 
@@ -32,27 +31,20 @@ def get_network_params() -> dict[str, Any]:
     """
     if _network is None:
         return {}
-    call = _network["calls"] % PORTS_PER_WORKER
+    call = _network["calls"]
+    if call >= TRAININGS_PER_ATTEMPT:
+        raise RuntimeError(f"get_network_params() was called {call + 1} times in this attempt; each worker has "
+                           f"fresh ports for {TRAININGS_PER_ATTEMPT} trainings (LightGBM cannot reuse a port at once)")
     _network["calls"] += 1
-    ports = [worker_ports[call] for worker_ports in _network["ports"]]
-    return {"machines": ",".join(f"{host}:{port}" for host, port in zip(_network["hosts"], ports)),
+    ports = [worker_ports[call] for _, worker_ports in _network["offers"]]
+    return {"machines": ",".join(f"{host}:{port}" for (host, _), port in zip(_network["offers"], ports)),
             "local_listen_port": ports[trainkit.get_context().get_world_rank()],
             "num_machines": len(ports), "time_out": _network["timeout_min"]}
 
 
-def _free_ports(hosts: list[str], count: int) -> list[int]:
-    """``count`` distinct ports free now on this rank's host (held open together, so no two are alike)."""
-    host = hosts[trainkit.get_context().get_world_rank()]
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for s in sockets:
-            s.bind((host, 0))
-        return [s.getsockname()[1] for s in sockets]
-
-
-def _join_network(hosts: list[str], ports: list[list[int]], timeout_min: int) -> None:
+def _join_network(offers: list[tuple[str, list[int]]], timeout_min: int) -> None:
     global _network
-    _network = {"hosts": hosts, "ports": ports, "timeout_min": timeout_min, "calls": 0}
+    _network = {"offers": offers, "timeout_min": timeout_min, "calls": 0}
 
 
 def _leave_network() -> None:
@@ -62,13 +54,8 @@ def _leave_network() -> None:
 
 class LightGBMBackend(Backend):
     def on_training_start(self, worker_group, backend_config: LightGBMConfig) -> None:
-        hosts = [host for host, _ in worker_group.free_addresses()]
-        for _ in range(5):  # ranks on one host may, rarely, be offered the same port
-            ports = worker_group.execute(_free_ports, hosts, PORTS_PER_WORKER)
-            taken = [(host, port) for host, worker_ports in zip(hosts, ports) for port in worker_ports]
-            if len(set(taken)) == len(taken):
-                break
-        worker_group.execute(_join_network, hosts, ports, backend_config.timeout_min)
+        offers = worker_group.free_ports(TRAININGS_PER_ATTEMPT)
+        worker_group.execute(_join_network, offers, math.ceil(backend_config.timeout_s / 60))
 
     def on_shutdown(self, worker_group, backend_config: LightGBMConfig) -> None:
         worker_group.execute(_leave_network)

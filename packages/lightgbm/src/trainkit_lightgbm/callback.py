@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from typing import TYPE_CHECKING, Any
 
 import trainkit
@@ -15,8 +14,10 @@ if TYPE_CHECKING:
 
 
 class ReportCallback:
-    """Reports the latest evaluation results every round; with ``frequency=k`` every k-th round
-    (and, with ``checkpoint_at_end``, the last) carries a checkpoint of the model saved by rank 0.
+    """Reports the latest evaluation results and ``iteration`` (rounds in the model) every round;
+    every ``frequency``-th round's report and, with ``checkpoint_at_end``, the last round's carry a
+    checkpoint of the model, saved by rank 0. When early stopping ends training, the round it stops
+    at is reported without the final model: report that yourself after ``lightgbm.train`` returns.
 
     Args:
         metrics: which results to report: a name (``"valid_0-binary_logloss"``), a list of names,
@@ -42,7 +43,13 @@ class ReportCallback:
             raise ValueError(f"frequency={frequency!r} is invalid: expected an int >= 0 (0: only at the end)")
         if isinstance(metrics, str):
             metrics = [metrics]
-        self._metrics = dict(zip(metrics, metrics)) if isinstance(metrics, list) else metrics
+        if isinstance(metrics, (list, tuple)):
+            metrics = {name: name for name in metrics}
+        if metrics is not None and not (isinstance(metrics, dict) and all(
+                isinstance(k, str) and isinstance(v, str) for k, v in metrics.items())):
+            raise ValueError(f"metrics={metrics!r} is invalid: expected None, a name, a list of names or a dict "
+                             "{reported_name: framework_name}")
+        self._metrics = metrics
         self._io = LightGBMCheckpointIO(filename)
         self._frequency, self._checkpoint_at_end = frequency, checkpoint_at_end
 
@@ -65,9 +72,7 @@ class ReportCallback:
         last = rounds == env.end_iteration
         checkpoint = (bool(self._frequency) and rounds % self._frequency == 0) or (last and self._checkpoint_at_end)
         metrics = {**self._results(env.evaluation_result_list), "iteration": rounds}
-        if not checkpoint or trainkit.get_context().get_world_rank() != 0:
-            trainkit.report(metrics)  # every rank reports; rank 0 alone saves the (identical) model
-            return
-        with tempfile.TemporaryDirectory() as tmp:
-            self._io.save(env.model, tmp)
-            trainkit.report(metrics, checkpoint=Checkpoint.from_directory(tmp))
+        if checkpoint:
+            self._io.report(metrics, env.model)  # every rank reports; rank 0 saves the (identical) model
+        else:
+            trainkit.report(metrics)

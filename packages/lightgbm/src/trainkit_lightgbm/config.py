@@ -13,16 +13,16 @@ class LightGBMConfig(BackendConfig):
     """How workers form LightGBM's socket network.
 
     Attributes:
-        timeout_min: LightGBM's ``time_out`` (minutes) for the network's sockets.
+        timeout_s: how long the network's sockets wait (LightGBM's ``time_out``, rounded up to minutes).
     """
 
     prewarm_modules: ClassVar[tuple[str, ...]] = ("lightgbm",)
 
-    timeout_min: int = 120
+    timeout_s: float = 7200.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.timeout_min, bool) or not isinstance(self.timeout_min, int) or self.timeout_min <= 0:
-            raise ValueError(f"timeout_min={self.timeout_min!r} is invalid: expected an int > 0 (minutes)")
+        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or self.timeout_s <= 0:
+            raise ValueError(f"timeout_s={self.timeout_s!r} is invalid: expected a number > 0")
 
     @property
     def backend_cls(self):

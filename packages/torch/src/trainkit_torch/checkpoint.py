@@ -23,10 +23,7 @@ class TorchCheckpointIO(CheckpointIO):
     """
 
     def __init__(self, filename: str = "model.pt", map_location: Any = "cpu"):
-        if not filename or filename.startswith(".") or "/" in filename:
-            raise ValueError(f"filename must be a plain file name not starting with '.' (trainkit's own "
-                             f"files do), got {filename!r}")
-        self.filename, self.map_location = filename, map_location
+        self.filename, self.map_location = self.check_filename(filename), map_location
 
     def save(self, state: Any, directory: str) -> None:
         import torch

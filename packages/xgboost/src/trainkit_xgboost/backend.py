@@ -8,6 +8,7 @@ C++ one (``start()``, ``worker_args()``, ``dmlc_*`` names); both are supported.
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Any, Iterator
 
 import trainkit
@@ -19,16 +20,17 @@ _tracker: Any = None  # rank 0's tracker
 _communicator_args: dict[str, Any] | None = None  # this worker's, between on_training_start and on_shutdown
 
 
-def _start_tracker(address: tuple[str, int], num_workers: int, timeout_s: float) -> dict[str, Any]:
+def _start_tracker(host: str, num_workers: int, timeout_s: float) -> dict[str, Any]:
+    """Start the tracker on ``host``, on a port the OS picks as it binds; the workers' arguments."""
     from xgboost.tracker import RabitTracker
 
     global _tracker
-    host, port = address
     if hasattr(RabitTracker, "worker_args"):  # xgboost >= 2.1
-        _tracker = RabitTracker(n_workers=num_workers, host_ip=host, port=port, sortby="task", timeout=int(timeout_s))
+        _tracker = RabitTracker(n_workers=num_workers, host_ip=host, port=0, sortby="task",
+                                timeout=math.ceil(timeout_s))
         _tracker.start()
         return _tracker.worker_args()
-    _tracker = RabitTracker(host_ip=host, n_workers=num_workers, port=port, sortby="task")
+    _tracker = RabitTracker(host_ip=host, n_workers=num_workers, port=0, sortby="task")
     _tracker.start(num_workers)
     return {**_tracker.worker_envs(), "DMLC_NUM_WORKER": num_workers}
 
@@ -39,7 +41,7 @@ def _stop_tracker(timeout_s: float) -> None:
     if tracker is None:
         return
     if hasattr(tracker, "wait_for"):  # every worker has left the collective by now
-        tracker.wait_for(int(timeout_s))
+        tracker.wait_for(math.ceil(timeout_s))
         tracker.free()
     else:
         tracker.thread.join(timeout_s)
@@ -72,8 +74,8 @@ def communicator() -> Iterator[None]:
 
 class XGBoostBackend(Backend):
     def on_training_start(self, worker_group, backend_config: XGBoostConfig) -> None:
-        address = worker_group.free_address(0)
-        args = worker_group.execute_single(0, _start_tracker, address, len(worker_group), backend_config.timeout_s)
+        host, _ = worker_group.free_address(0)
+        args = worker_group.execute_single(0, _start_tracker, host, len(worker_group), backend_config.timeout_s)
         worker_group.execute(_set_communicator_args, args)
 
     def on_shutdown(self, worker_group, backend_config: XGBoostConfig) -> None:

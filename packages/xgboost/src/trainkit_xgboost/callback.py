@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from typing import Any
 
 import xgboost
@@ -15,8 +14,10 @@ from trainkit_xgboost.checkpoint import XGBoostCheckpointIO
 
 
 class ReportCallback(TrainingCallback):
-    """Reports the latest evaluation results every round; with ``frequency=k`` every k-th round
-    (and, with ``checkpoint_at_end``, the last) carries a checkpoint of the model saved by rank 0.
+    """Reports the latest evaluation results and ``iteration`` (rounds in the model) every round;
+    every ``frequency``-th round's report carries a checkpoint of the model, saved by rank 0. With
+    ``checkpoint_at_end`` one more report after the last round carries the final model, unless that
+    round's report already did (XGBoost's callbacks learn which round is last only afterwards).
 
     Args:
         metrics: which results to report: a name (``"eval-logloss"``), a list of names, or a dict
@@ -38,7 +39,13 @@ class ReportCallback(TrainingCallback):
             raise ValueError(f"frequency={frequency!r} is invalid: expected an int >= 0 (0: only at the end)")
         if isinstance(metrics, str):
             metrics = [metrics]
-        self._metrics = dict(zip(metrics, metrics)) if isinstance(metrics, list) else metrics
+        if isinstance(metrics, (list, tuple)):
+            metrics = {name: name for name in metrics}
+        if metrics is not None and not (isinstance(metrics, dict) and all(
+                isinstance(k, str) and isinstance(v, str) for k, v in metrics.items())):
+            raise ValueError(f"metrics={metrics!r} is invalid: expected None, a name, a list of names or a dict "
+                             "{reported_name: framework_name}")
+        self._metrics = metrics
         self._io = XGBoostCheckpointIO(filename)
         self._frequency, self._checkpoint_at_end = frequency, checkpoint_at_end
         self._latest: dict[str, Any] = {}
@@ -60,20 +67,17 @@ class ReportCallback(TrainingCallback):
         return {key: flat[name] for key, name in self._metrics.items()}
 
     def _report(self, model: xgboost.Booster, with_checkpoint: bool) -> None:
-        metrics = {**self._latest, "iteration": model.num_boosted_rounds()}
-        if not with_checkpoint or trainkit.get_context().get_world_rank() != 0:
-            trainkit.report(metrics)  # every rank reports; rank 0 alone saves the (identical) model
-            return
-        with tempfile.TemporaryDirectory() as tmp:
-            self._io.save(model, tmp)
-            trainkit.report(metrics, checkpoint=Checkpoint.from_directory(tmp))
+        rounds = model.num_boosted_rounds()  # counts the rounds of a model training continued from, too
+        metrics = {**self._latest, "iteration": rounds}
+        if with_checkpoint:
+            self._last_checkpointed = rounds
+            self._io.report(metrics, model)  # every rank reports; rank 0 saves the (identical) model
+        else:
+            trainkit.report(metrics)
 
     def after_iteration(self, model: xgboost.Booster, epoch: int, evals_log: dict) -> bool:
         self._latest = self._results(evals_log)
-        checkpoint = bool(self._frequency) and (epoch + 1) % self._frequency == 0
-        if checkpoint:
-            self._last_checkpointed = model.num_boosted_rounds()
-        self._report(model, checkpoint)
+        self._report(model, bool(self._frequency) and model.num_boosted_rounds() % self._frequency == 0)
         return False
 
     def after_training(self, model: xgboost.Booster) -> xgboost.Booster:

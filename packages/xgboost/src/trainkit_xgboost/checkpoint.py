@@ -17,9 +17,7 @@ class XGBoostCheckpointIO(CheckpointIO):
     """
 
     def __init__(self, filename: str = "model.ubj"):
-        if not filename or filename.startswith(".") or "/" in filename:
-            raise ValueError(f"filename={filename!r} is invalid: expected a plain file name not starting with '.'")
-        self.filename = filename
+        self.filename = self.check_filename(filename)
 
     def save(self, state: Any, directory: str) -> None:
         state.save_model(os.path.join(directory, self.filename))

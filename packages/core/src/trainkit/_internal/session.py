@@ -218,12 +218,12 @@ def set_worker_context(context: TrainContext | None) -> None:
     _worker_context = context
 
 
-def current_context() -> TrainContext:
+def current_context(caller: str) -> TrainContext:
     """The running session's context, or on a worker whose training has not started yet (a
     backend's ``on_start`` functions), the worker's."""
     if _session is None and _worker_context is not None:
         return _worker_context
-    return get_session("get_context").context
+    return get_session(caller).context
 
 
 def get_session(caller: str) -> Session:

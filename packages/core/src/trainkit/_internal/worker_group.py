@@ -120,16 +120,20 @@ class WorkerGroup:
         """A host other ranks reach ``rank``'s node at, and a TCP port free there, for a framework's
         rendezvous: 127.0.0.1 when the whole group is on one node (nothing listens beyond
         loopback), else that node's IP."""
-        return self.execute_single(rank, net.free_address, self._single_node())
+        host, (port,) = self.execute_single(rank, net.host_and_ports, self._single_node(), 1)
+        return host, port
 
-    def free_addresses(self) -> list[tuple[str, int]]:
-        """``free_address`` of every rank, in rank order, no two alike (for frameworks where every
-        worker listens, e.g. LightGBM, TF_CONFIG)."""
+    def free_ports(self, count: int = 1) -> list[tuple[str, list[int]]]:
+        """For every rank, in rank order: the host other ranks reach it at and ``count`` TCP ports
+        free there, no port offered twice on one host (for frameworks where every worker listens,
+        e.g. LightGBM, TF_CONFIG)."""
         for _ in range(5):  # ranks on one node may, rarely, be offered the same free port
-            addresses = [tuple(a) for a in self.execute(net.free_address, self._single_node())]
-            if len(set(addresses)) == len(addresses):
-                break
-        return addresses
+            offers = [(host, list(ports))
+                      for host, ports in self.execute(net.host_and_ports, self._single_node(), count)]
+            taken = [(host, port) for host, ports in offers for port in ports]
+            if len(set(taken)) == len(taken):
+                return offers
+        raise RuntimeError(f"could not find {count} distinct free ports per worker after 5 tries")
 
     def _single_node(self) -> bool:
         return len({w.node_id for w in self.workers}) == 1

@@ -5,7 +5,7 @@
 Fixtures:
     ray_cluster           a quiet local Ray instance for the test module (4 logical CPUs)
     run_config            a factory of quiet ``RunConfig`` objects writing under ``tmp_path``
-    free_port             a free TCP port on 127.0.0.1 (``find_free_port()`` outside fixtures)
+    free_port             a free TCP port (``find_free_port()`` outside fixtures)
     no_leaked_env         fails a test that changes the test process's environment variables
     no_leaked_threads     fails a test that leaves threads running
     no_leaked_processes   fails a test that leaves child processes running

@@ -111,6 +111,7 @@ class BackendConformance:
         return collect.reports
 
     def test_loading_plugins_imports_no_framework(self) -> None:
+        assert self.framework_modules, "set framework_modules to the framework's top-level modules, e.g. ('torch',)"
         package = type(self.backend_config).__module__.split(".")[0]
         code = (f"import json, sys, trainkit, {package}\n"
                 "from trainkit._internal.plugins import get_plugins\n"
@@ -205,7 +206,7 @@ class CheckpointConformance:
         self.checkpoint_io.save(state, str(tmp_path))
         assert os.listdir(tmp_path), "save() wrote no file"
         assert not any(name.startswith(".") for name in os.listdir(tmp_path)), "dot files are trainkit's own"
-        self.assert_same(self.checkpoint_io.load(Checkpoint.from_directory(tmp_path)), self.make_state())
+        self.assert_same(self.checkpoint_io.load(Checkpoint.from_directory(tmp_path)), state)
 
     @_GUARDS
     def test_round_trip_through_a_run_and_resume(self, run_config) -> None:
@@ -213,7 +214,7 @@ class CheckpointConformance:
         rc = run_config()
         result = DataParallelTrainer(_save_and_report_fn, train_loop_config=config,
                                      scaling_config=ScalingConfig(num_workers=2), run_config=rc).fit()
-        self.assert_same(self.checkpoint_io.load(result.checkpoint), self.make_state())
+        self.assert_same(self.checkpoint_io.load(result.checkpoint), config["state"])
         resumed = DataParallelTrainer(_resume_fn, train_loop_config=config, scaling_config=ScalingConfig(num_workers=2),
                                       run_config=run_config(name=rc.name, storage_path=rc.storage_path)).fit()
         assert resumed.metrics == {"resumed": 1}

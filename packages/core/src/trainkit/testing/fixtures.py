@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from trainkit._internal.net import free_port as find_free_port
+from trainkit._internal.net import free_ports
 from trainkit.config import RunConfig
 
 _names = itertools.count()
@@ -44,9 +44,14 @@ def run_config(tmp_path: Any) -> Callable[..., RunConfig]:
     return make
 
 
+def find_free_port() -> int:
+    """A TCP port nobody listens on right now, on any interface."""
+    return free_ports(1)[0]
+
+
 @pytest.fixture
 def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
+    """A TCP port nobody listens on right now, on any interface."""
     return find_free_port()
 
 
