@@ -1,7 +1,9 @@
 """Run the full test matrix and record it in docs/compatibility.md.
 
     python tools/compatibility.py                   # runs `nox -t matrix`, then writes the table
-    python tools/compatibility.py --report R.json   # writes the table from an earlier nox --report
+    python tools/compatibility.py --report R.json [--report RERUN.json]
+                                                    # the table from earlier nox --report files; a
+                                                    # session in a later file replaces the same one
 """
 
 from __future__ import annotations
@@ -17,6 +19,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
 SESSION = re.compile(r"^(?P<plugin>[\w-]+)\((?P<args>.*)\)$")
+NOTES = """
+## Notes
+
+- `thirdparty` is the out-of-tree plugin in `tests/fixtures/thirdparty_plugin` (a NumPy all-reduce
+  over sockets), installed from its own directory; its framework is NumPy.
+- NumPy 2 is needed in practice: the latest pyarrow (26, a core dependency) refuses to import with
+  NumPy 1.x ("pyarrow requires NumPy 2.0 or newer") although its metadata does not say so, so pip
+  happily installs the pair. The first matrix run caught it with NumPy 1.24.4.
+- LightGBM before 4.4 cannot take a Python list as a label under NumPy 2 (it calls
+  `np.array(..., copy=False)`); pass arrays. Everything else passes on 4.0.0.
+- torch 2.3.1 and 2.14.1 are PyPI's CUDA builds, tested on the CPU; 2.13.0 is the CPU build.
+- XGBoost 3.3 and later need Python 3.12, so the latest release runs there. 2.0.3 and 2.1.4 sit
+  on both sides of XGBoost's tracker change (ray#46476).
+- GPU rows (`nox -s gpu`: NCCL, FSDP) have not run: no GPU machine has been available yet.
+"""
 
 
 def rows(report: dict) -> list[tuple[str, str, str, str]]:
@@ -49,17 +66,20 @@ def table(report: dict) -> str:
         "| --- | --- | --- | --- |",
     ]
     lines += [f"| {p} | {v} | {py} | {r} |" for p, v, py, r in rows(report)]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + NOTES
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--report", help="a nox --report JSON file to use instead of running the matrix")
+    parser.add_argument("--report", action="append", help="nox --report JSON files to use instead of running")
     args = parser.parse_args()
-    report_path = Path(args.report or ROOT / ".nox" / "matrix-report.json")
+    paths = [Path(p) for p in args.report or [ROOT / ".nox" / "matrix-report.json"]]
     if not args.report:
-        subprocess.run([sys.executable, "-m", "nox", "-t", "matrix", "--report", str(report_path)], cwd=ROOT)
-    (ROOT / "docs" / "compatibility.md").write_text(table(json.loads(report_path.read_text())))
+        subprocess.run([sys.executable, "-m", "nox", "-t", "matrix", "--report", str(paths[0])], cwd=ROOT)
+    sessions: dict[str, dict] = {}
+    for path in paths:
+        sessions.update((s["name"], s) for s in json.loads(path.read_text())["sessions"])
+    (ROOT / "docs" / "compatibility.md").write_text(table({"sessions": list(sessions.values())}))
     print((ROOT / "docs" / "compatibility.md").read_text())
 
 

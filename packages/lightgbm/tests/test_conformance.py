@@ -15,7 +15,8 @@ def all_reduce_sum(value: float) -> float:
     params = {"objective": "regression", "tree_learner": "data", "pre_partition": True, "boost_from_average": True,
               "min_data_in_leaf": 1, "min_data_in_bin": 1, "learning_rate": 1e-12, "num_threads": 1, "verbose": -1,
               **get_network_params()}
-    booster = lightgbm.train(params, lightgbm.Dataset(np.array([[0.0]]), label=[value]), num_boost_round=1)
+    # an array label: LightGBM < 4.4 cannot take a list under NumPy 2 (np.array(copy=False))
+    booster = lightgbm.train(params, lightgbm.Dataset(np.array([[0.0]]), label=np.array([value])), num_boost_round=1)
     mean = float(booster.predict(np.array([[0.0]]))[0])
     return round(mean * params["num_machines"], 6)
 
