@@ -9,6 +9,7 @@ modules aside), each named plugin's entry point loads, and a 2-worker run works 
 import importlib
 import importlib.metadata as md
 import json
+import os
 import subprocess
 import sys
 
@@ -39,8 +40,8 @@ def main(dist: str, *plugins: str) -> None:
         importlib.import_module(module)
     print(f"{dist}: {len(modules)} modules import with only declared dependencies")
 
-    listed = json.loads(subprocess.run(["trainkit", "plugins", "--json"], check=True, capture_output=True,
-                                       text=True).stdout)
+    cli = os.path.join(os.path.dirname(sys.executable), "trainkit")  # the console script of this environment
+    listed = json.loads(subprocess.run([cli, "plugins", "--json"], check=True, capture_output=True, text=True).stdout)
     status = {p["name"]: p["status"] for p in listed}
     for plugin in plugins:
         assert status.get(plugin) == "loaded", f"plugin {plugin!r} did not load: {listed}"
