@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from dataclasses import asdict
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -30,8 +32,69 @@ def _plugins(args: argparse.Namespace) -> int:
         status = row["status"] + (f": {row['reason']}" if row["reason"] else "")
         table.add_row(row["name"], row["distribution"] or "-", row["version"] or "-", framework, status,
                       ", ".join(row["backends"]) or "-")
+    _print(table)
+    return 0
+
+
+def _print(*renderables: Any) -> None:
     console = Console()
-    (console if console.is_terminal else Console(width=10_000)).print(table)
+    (console if console.is_terminal else Console(width=10_000)).print(*renderables)
+
+
+def _when(timestamp: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(timestamp))
+
+
+def _metrics(metrics: dict[str, Any], limit: int = 4) -> str:
+    shown = [f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in list(metrics.items())[:limit]]
+    return ", ".join(shown) + (", ..." if len(metrics) > limit else "") or "-"
+
+
+def _runs(args: argparse.Namespace) -> int:
+    from trainkit._internal.runs import list_runs
+
+    runs = list_runs(args.storage_path)
+    if args.json:
+        print(json.dumps(runs, indent=1, default=str))
+        return 0
+    if not runs:
+        print(f"no trainkit runs under {args.storage_path}")
+        return 0
+    table = Table("name", "status", "attempts", "reports", "checkpoints", "last metrics", "updated", box=None)
+    for run in runs:
+        table.add_row(run["name"], run["status"], str(run["attempts"]), str(run["reports"]), str(run["checkpoints"]),
+                      _metrics(run["last_metrics"]), _when(run["updated"]))
+    _print(table)
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from trainkit._internal.runs import describe_run
+
+    try:
+        run = describe_run(args.run, args.metric, args.mode)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"trainkit show: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(run, indent=1, default=str))
+        return 0
+    lines = [f"run          {run['name']}  ({run['status']})", f"path         {run['path']}",
+             f"backend      {run['backend'] or '-'} x {run['num_workers']} workers",
+             f"attempts     {run['attempts']}   reports {run['reports']}",
+             f"created      {_when(run['created'])}   updated {_when(run['updated'])}",
+             f"last metrics {_metrics(run['last_metrics'], limit=8)}"]
+    if run["error"]:
+        lines.append(f"error        {run['error']}")
+    for failure in run["failures"]:
+        lines.append(f"failure      {_metrics(failure, limit=6)}")
+    best = run["best_checkpoint"]
+    lines.append(f"best         {best['name'] + ' (by ' + best['by'] + ')' if best else '-'}")
+    table = Table("checkpoint", "report", "attempt", "metrics", box=None)
+    for c in run["checkpoints"]:
+        marker = " *" if best and c["name"] == best["name"] else ""
+        table.add_row(c["name"] + marker, str(c["report_index"]), str(c["attempt"]), _metrics(c["metrics"], limit=8))
+    _print("\n".join(lines), table)
     return 0
 
 
@@ -41,6 +104,16 @@ def main(argv: list[str] | None = None) -> int:
     plugins = commands.add_parser("plugins", help="installed plugins, versions and status")
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
     plugins.set_defaults(func=_plugins)
+    runs = commands.add_parser("runs", help="the runs under a storage path, with status and last metrics")
+    runs.add_argument("storage_path", help="local path or URI (e.g. s3://bucket/runs)")
+    runs.add_argument("--json", action="store_true", help="machine-readable output")
+    runs.set_defaults(func=_runs)
+    show = commands.add_parser("show", help="one run: attempts, failures, checkpoints and the best one")
+    show.add_argument("run", help="the run's directory: local path or URI")
+    show.add_argument("--metric", help="pick the best checkpoint by this reported metric (default: the latest)")
+    show.add_argument("--mode", default="max", choices=["max", "min"], help="with --metric: higher or lower is better")
+    show.add_argument("--json", action="store_true", help="machine-readable output")
+    show.set_defaults(func=_show)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -87,7 +87,8 @@ class Session:
     ):
         self.context = context
         self.storage = storage
-        self.sink = sink
+        self._sink = sink
+        self._sink_lock = threading.Lock()  # abandon() waits out a report being handed over
         self.next_index = next_index
         self.checkpoint = checkpoint
         self.datasets = datasets or {}
@@ -118,7 +119,7 @@ class Session:
         self.next_index += 1
         rank = self.context.world_rank
         if checkpoint is None:
-            self.sink(Report(rank, index, metrics))
+            self._hand_over(Report(rank, index, metrics))
             return
         name = checkpoint_dir_name or f"checkpoint_{index:06d}"
         tmp_path = self.storage.tmp_checkpoint_path(name, self.context.attempt, index)
@@ -131,7 +132,7 @@ class Session:
         def finish(files: list[storage_mod.FileEntry]) -> None:
             if delete_local_checkpoint_after_upload and mode is not CheckpointUploadMode.NO_UPLOAD:
                 shutil.rmtree(checkpoint.path, ignore_errors=True)
-            self.sink(Report(rank, index, metrics, name, tmp_path, files))
+            self._hand_over(Report(rank, index, metrics, name, tmp_path, files))
 
         def upload() -> None:
             if mode is CheckpointUploadMode.NO_UPLOAD:
@@ -173,9 +174,15 @@ class Session:
         for future in done:
             future.result()  # re-raises an upload error in the training thread
 
+    def _hand_over(self, report: Report) -> None:
+        with self._sink_lock:
+            self._sink(report)
+
     def abandon(self) -> None:
-        """The attempt failed: drop whatever background uploads still produce."""
-        self.sink = lambda _report: None
+        """The attempt failed: drop whatever background uploads still produce. Returns once no
+        report is being handed over (in local mode the driver commits it in that call)."""
+        with self._sink_lock:
+            self._sink = lambda _report: None
         for future in self._pending:
             future.cancel()
         self._pending = []

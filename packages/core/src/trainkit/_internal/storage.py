@@ -24,6 +24,7 @@ import os
 import posixpath
 import re
 import shutil
+import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -291,7 +292,8 @@ class RunStorage:
     def write_json_atomic(self, name: str, obj: Any) -> None:
         """Replace ``name`` atomically, keeping the previous version as ``name.prev``."""
         data = json.dumps(obj, indent=1, sort_keys=True).encode()
-        final, tmp, prev = self.path(name), self.path(f"{TMP_PREFIX}{name}"), self.path(f"{name}.prev")
+        final, prev = self.path(name), self.path(f"{name}.prev")
+        tmp = self.path(f"{TMP_PREFIX}{name}.{os.getpid()}.{threading.get_ident()}")  # one per writer
         if is_local(self.fs):
             def write_local() -> None:
                 with open(tmp, "wb") as f:
@@ -387,7 +389,7 @@ class RunStorage:
         swept = []
         for info in self.fs.get_file_info(pafs.FileSelector(self.run_path, allow_not_found=True)):
             if info.type != pafs.FileType.Directory:
-                if info.base_name.startswith(TMP_PREFIX + "probe-") or info.base_name == TMP_PREFIX + STATE:
+                if info.base_name.startswith((TMP_PREFIX + "probe-", TMP_PREFIX + STATE)):
                     self.fs.delete_file(info.path)
                 continue
             uncommitted = _CHECKPOINT_DIR.fullmatch(info.base_name) and read_manifest(self.fs, info.path) is None

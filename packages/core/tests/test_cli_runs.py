@@ -1,0 +1,66 @@
+"""`trainkit runs` and `trainkit show`, run as real commands against runs trainkit wrote."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import trainkit
+from trainkit import FailureConfig, ScalingConfig
+from trainkit.testing.steps import report_step, resume_step
+
+
+def fail_once_fn(config):
+    for step in range(resume_step(), 4):
+        if step == 2 and not os.path.exists(config["marker"]):
+            open(config["marker"], "w").close()
+            raise RuntimeError("injected failure")
+        report_step(step, {"step": step, "accuracy": [0.5, 0.9, 0.7, 0.8][step]})
+
+
+def cli(*args):
+    out = subprocess.run([sys.executable, "-m", "trainkit.cli", *args], capture_output=True, text=True, timeout=60)
+    return out.returncode, out.stdout, out.stderr
+
+
+@pytest.fixture(scope="module")
+def storage(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    marker = root / "failed-once"
+    for name in ("first", "second"):
+        trainkit.DataParallelTrainer(
+            fail_once_fn, train_loop_config={"marker": str(marker)}, scaling_config=ScalingConfig(num_workers=0),
+            run_config=trainkit.RunConfig(name=name, storage_path=str(root), verbose=0,
+                                          failure_config=FailureConfig(max_failures=1))).fit()
+    return root
+
+
+def test_runs_lists_every_run_newest_first(storage):
+    code, out, _ = cli("runs", str(storage), "--json")
+    assert code == 0
+    runs = json.loads(out)
+    assert [r["name"] for r in runs] == ["second", "first"]
+    first = runs[1]
+    assert (first["status"], first["attempts"], first["checkpoints"]) == ("finished", 2, 4)
+    assert first["last_metrics"] == {"step": 3, "accuracy": 0.8}
+    code, table, _ = cli("runs", str(storage))
+    assert code == 0 and "first" in table and "finished" in table and "accuracy=0.8" in table
+
+
+def test_show_gives_attempts_failures_checkpoints_and_the_best(storage):
+    code, out, _ = cli("show", str(storage / "first"), "--metric", "accuracy", "--json")
+    assert code == 0
+    run = json.loads(out)
+    assert run["attempts"] == 2 and len(run["failures"]) == 1
+    assert "injected failure" in json.dumps(run["failures"][0])
+    assert [c["metrics"]["step"] for c in run["checkpoints"]] == [0, 1, 2, 3]
+    assert run["best_checkpoint"]["name"] == run["checkpoints"][1]["name"]  # accuracy 0.9
+    code, text, _ = cli("show", str(storage / "first"), "--metric", "accuracy", "--mode", "min")
+    assert code == 0 and f"{run['checkpoints'][0]['name']} *" in text  # accuracy 0.5, marked best
+
+
+def test_show_names_a_missing_run(tmp_path):
+    code, _, err = cli("show", str(tmp_path / "nope"))
+    assert code == 2 and "no trainkit run at" in err
