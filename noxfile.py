@@ -30,7 +30,7 @@ PACKAGES = sorted(p.parent for p in ROOT.glob("packages/*/pyproject.toml"))
 CORE = ROOT / "packages" / "core"
 THIRDPARTY = ROOT / "tests" / "fixtures" / "thirdparty_plugin"
 PYTHON = "3.11"
-TEST_DEPS = ["pytest>=8", "pytest-timeout", "psutil", "pandas", "scikit-learn"]
+TEST_DEPS = ["pytest>=8", "pytest-timeout", "psutil", "pandas", "scikit-learn", "matplotlib"]
 # Where several frameworks share an environment (integration, quickstart, bench): the CPU build of
 # torch that lies on this machine's disk. An unpinned torch would pull a multi-GB CUDA build.
 PINNED = {"torch": "torch==2.13.0"}

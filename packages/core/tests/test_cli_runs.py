@@ -64,3 +64,18 @@ def test_show_gives_attempts_failures_checkpoints_and_the_best(storage):
 def test_show_names_a_missing_run(tmp_path):
     code, _, err = cli("show", str(tmp_path / "nope"))
     assert code == 2 and "no trainkit run at" in err
+
+
+def test_plot_writes_a_png_marking_checkpoints_and_the_restart(storage, tmp_path):
+    out = tmp_path / "curves.png"
+    code, stdout, stderr = cli("plot", str(storage / "first"), "--metric", "accuracy", "--metric", "step",
+                               "-o", str(out), "--json")
+    assert code == 0, stderr
+    drawn = json.loads(stdout)
+    assert drawn["reports"] == 4 and drawn["checkpoints"] == 4 and drawn["restarts_at"] == [2]
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+
+
+def test_plot_names_the_metrics_a_run_has(storage, tmp_path):
+    code, _, err = cli("plot", str(storage / "first"), "--metric", "loss", "-o", str(tmp_path / "x.png"))
+    assert code == 2 and "--metric loss" in err and "['accuracy', 'step']" in err

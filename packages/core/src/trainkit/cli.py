@@ -98,6 +98,20 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plot(args: argparse.Namespace) -> int:
+    from trainkit._internal.runs import plot_metrics
+
+    try:
+        drawn = plot_metrics(args.run, args.metric, args.output)
+    except (FileNotFoundError, ValueError, ImportError) as exc:
+        print(f"trainkit plot: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(drawn) if args.json else
+          f"wrote {drawn['output']}: {', '.join(drawn['metrics'])} over {drawn['reports']} reports, "
+          f"{drawn['checkpoints']} checkpoints, restarts at {drawn['restarts_at'] or 'none'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="trainkit", description="Distributed training on Ray, any framework.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -114,6 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     show.add_argument("--mode", default="max", choices=["max", "min"], help="with --metric: higher or lower is better")
     show.add_argument("--json", action="store_true", help="machine-readable output")
     show.set_defaults(func=_show)
+    plot = commands.add_parser("plot", help="a PNG of metric curves, checkpoints and restarts marked")
+    plot.add_argument("run", help="the run's directory: local path or URI")
+    plot.add_argument("--metric", action="append", required=True, help="a reported metric; repeat for more")
+    plot.add_argument("-o", "--output", default="metrics.png", help="the PNG to write (default: metrics.png)")
+    plot.add_argument("--json", action="store_true", help="machine-readable output")
+    plot.set_defaults(func=_plot)
     args = parser.parse_args(argv)
     return args.func(args)
 

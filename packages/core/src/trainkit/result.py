@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -56,17 +55,10 @@ class Result:
         except ImportError as exc:
             raise ImportError("Result.metrics_dataframe needs pandas: pip install 'trainkit[pandas]'") from exc
         rows = [{**r["metrics"], "report_index": r["index"], "attempt": r["attempt"],
-                 "checkpoint": r.get("checkpoint"), "timestamp": r["time"]} for r in self._metrics_log()]
+                 "checkpoint": r.get("checkpoint"), "timestamp": r["time"]}
+                for r in storage_mod.read_metrics_log(self.filesystem or storage_mod.resolve_filesystem(self.path)[0],
+                                                      self.path)]
         return pd.DataFrame(rows)
-
-    def _metrics_log(self) -> list[dict[str, Any]]:
-        fs = self.filesystem or storage_mod.resolve_filesystem(self.path)[0]
-        try:
-            with fs.open_input_stream(f"{self.path}/{storage_mod.METRICS}") as f:
-                text = f.read().decode()
-        except FileNotFoundError:
-            return []
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
 
     def get_best_checkpoint(self, metric: str, mode: Literal["max", "min"]) -> Checkpoint | None:
         """The kept checkpoint whose reported ``metric`` is best (NaN and missing values never win)."""

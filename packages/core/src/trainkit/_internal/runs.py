@@ -46,3 +46,45 @@ def describe_run(run_path: str, metric: str | None = None, mode: str = "max") ->
             "created": state.created, "updated": state.updated, "error": state.error,
             "failures": state.failures, "last_metrics": state.last_metrics or {}, "checkpoints": checkpoints,
             "best_checkpoint": best and {**best, "by": metric or "latest"}}
+
+
+def plot_metrics(run_path: str, metrics: list[str], output: str) -> dict[str, Any]:
+    """Write a PNG of ``metrics`` over the run's reports: one panel per metric, committed
+    checkpoints marked, restarts (a new attempt) as dashed lines. Returns what was drawn."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
+    except ImportError as exc:
+        raise ImportError("trainkit plot needs matplotlib: pip install 'trainkit[plot]'") from exc
+    fs, path = storage_mod.resolve_filesystem(run_path)
+    log = storage_mod.read_metrics_log(fs, path)
+    if not log:
+        raise FileNotFoundError(f"no reports in {run_path!r} (no {storage_mod.METRICS} or it is empty)")
+    available = sorted({k for r in log for k, v in r["metrics"].items() if isinstance(v, (int, float))})
+    missing = [m for m in metrics if m not in available]
+    if missing:
+        raise ValueError(f"--metric {', '.join(missing)}: not reported as a number; the run reported {available}")
+    restarts = [r["index"] for prev, r in zip(log, log[1:]) if r["attempt"] != prev["attempt"]]
+    fig, axes = plt.subplots(len(metrics), 1, sharex=True, squeeze=False, figsize=(8, 2.6 * len(metrics)))
+    for ax, metric in zip(axes[:, 0], metrics):
+        points = [(r["index"], r["metrics"][metric], bool(r.get("checkpoint"))) for r in log
+                  if isinstance(r["metrics"].get(metric), (int, float))]
+        ax.plot([p[0] for p in points], [p[1] for p in points], color="tab:blue", label=metric)
+        ax.scatter([p[0] for p in points if p[2]], [p[1] for p in points if p[2]], color="tab:green",
+                   zorder=3, label="checkpoint")
+        for index in restarts:
+            ax.axvline(index, color="tab:red", linestyle="--", linewidth=1)
+        ax.set_ylabel(metric)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize="small")
+    axes[-1, 0].set_xlabel("report")
+    axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.suptitle(f"{posixpath.basename(path)}" + (f" ({len(restarts)} restart(s), dashed)" if restarts else ""))
+    fig.tight_layout()
+    fig.savefig(output, dpi=100)
+    plt.close(fig)
+    return {"output": output, "metrics": metrics, "reports": len(log), "restarts_at": restarts,
+            "checkpoints": sum(bool(r.get("checkpoint")) for r in log)}

@@ -190,6 +190,16 @@ def _sha256(fs: "pafs.FileSystem", path: str) -> str:
     return digest.hexdigest()
 
 
+def read_metrics_log(fs: "pafs.FileSystem", run_path: str) -> list[dict[str, Any]]:
+    """Every consolidated report of a run, in order (``metrics.jsonl``); [] when there is none."""
+    try:
+        with fs.open_input_stream(posixpath.join(run_path, METRICS)) as f:
+            text = f.read().decode()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
 def read_manifest(fs: "pafs.FileSystem", checkpoint_path: str) -> dict[str, Any] | None:
     try:
         with fs.open_input_stream(posixpath.join(checkpoint_path, MANIFEST)) as f:
