@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     from trainkit.checkpoint import Checkpoint
     from trainkit.result import Result
 
-__all__ = ["UserCallback", "RunContext"]
+__all__ = ["MetricNames", "RunContext", "UserCallback"]
 
 
 @dataclass(frozen=True)
@@ -44,3 +44,34 @@ class UserCallback:
 
     def on_run_end(self, run_context: RunContext, result: "Result") -> None:
         """The run finished or failed for good."""
+
+
+class MetricNames:
+    """Which of a framework's results a plugin's report callback reports, and under which names:
+    None (all of them), a name, a list of names, or ``{reported_name: framework_name}``.
+
+    Example::
+
+        names = MetricNames({"loss": "train-logloss"}, framework="XGBoost")
+        trainkit.report(names.select({"train-logloss": 0.3, "train-error": 0.1}))   # {"loss": 0.3}
+    """
+
+    def __init__(self, metrics: str | list[str] | tuple[str, ...] | dict[str, str] | None, framework: str):
+        if isinstance(metrics, str):
+            metrics = [metrics]
+        if isinstance(metrics, (list, tuple)):
+            metrics = {name: name for name in metrics}
+        if metrics is not None and not (isinstance(metrics, dict) and all(
+                isinstance(k, str) and isinstance(v, str) for k, v in metrics.items())):
+            raise ValueError(f"metrics={metrics!r} is invalid: expected None, a name, a list of names or a dict "
+                             "{reported_name: framework_name}")
+        self.mapping, self.framework = metrics, framework
+
+    def select(self, results: dict[str, Any]) -> dict[str, Any]:
+        if self.mapping is None:
+            return dict(results)
+        missing = [name for name in self.mapping.values() if name not in results]
+        if missing:
+            raise KeyError(f"ReportCallback(metrics=...) names {missing}, "
+                           f"but {self.framework} reported {sorted(results)}")
+        return {key: results[name] for key, name in self.mapping.items()}

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import trainkit
 from trainkit import Checkpoint
+from trainkit.callbacks import MetricNames
 
 from trainkit_lightgbm.checkpoint import LightGBMCheckpointIO
 
@@ -41,15 +42,7 @@ class ReportCallback:
                  frequency: int = 0, checkpoint_at_end: bool = True):
         if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 0:
             raise ValueError(f"frequency={frequency!r} is invalid: expected an int >= 0 (0: only at the end)")
-        if isinstance(metrics, str):
-            metrics = [metrics]
-        if isinstance(metrics, (list, tuple)):
-            metrics = {name: name for name in metrics}
-        if metrics is not None and not (isinstance(metrics, dict) and all(
-                isinstance(k, str) and isinstance(v, str) for k, v in metrics.items())):
-            raise ValueError(f"metrics={metrics!r} is invalid: expected None, a name, a list of names or a dict "
-                             "{reported_name: framework_name}")
-        self._metrics = metrics
+        self._metrics = MetricNames(metrics, framework="LightGBM")
         self._io = LightGBMCheckpointIO(filename)
         self._frequency, self._checkpoint_at_end = frequency, checkpoint_at_end
 
@@ -59,13 +52,7 @@ class ReportCallback:
         return LightGBMCheckpointIO(filename).load(checkpoint)
 
     def _results(self, evaluation_results: list) -> dict[str, Any]:
-        flat = {f"{data}-{metric}": value for data, metric, value, *_ in evaluation_results or []}
-        if self._metrics is None:
-            return flat
-        missing = [name for name in self._metrics.values() if name not in flat]
-        if missing:
-            raise KeyError(f"ReportCallback(metrics=...) names {missing}, but LightGBM reported {sorted(flat)}")
-        return {key: flat[name] for key, name in self._metrics.items()}
+        return self._metrics.select({f"{data}-{metric}": value for data, metric, value, *_ in evaluation_results or []})
 
     def __call__(self, env: Any) -> None:
         rounds = env.iteration + 1

@@ -9,6 +9,7 @@ from xgboost.callback import TrainingCallback
 
 import trainkit
 from trainkit import Checkpoint
+from trainkit.callbacks import MetricNames
 
 from trainkit_xgboost.checkpoint import XGBoostCheckpointIO
 
@@ -37,15 +38,7 @@ class ReportCallback(TrainingCallback):
                  frequency: int = 0, checkpoint_at_end: bool = True):
         if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 0:
             raise ValueError(f"frequency={frequency!r} is invalid: expected an int >= 0 (0: only at the end)")
-        if isinstance(metrics, str):
-            metrics = [metrics]
-        if isinstance(metrics, (list, tuple)):
-            metrics = {name: name for name in metrics}
-        if metrics is not None and not (isinstance(metrics, dict) and all(
-                isinstance(k, str) and isinstance(v, str) for k, v in metrics.items())):
-            raise ValueError(f"metrics={metrics!r} is invalid: expected None, a name, a list of names or a dict "
-                             "{reported_name: framework_name}")
-        self._metrics = metrics
+        self._metrics = MetricNames(metrics, framework="XGBoost")
         self._io = XGBoostCheckpointIO(filename)
         self._frequency, self._checkpoint_at_end = frequency, checkpoint_at_end
         self._latest: dict[str, Any] = {}
@@ -57,14 +50,8 @@ class ReportCallback(TrainingCallback):
         return XGBoostCheckpointIO(filename).load(checkpoint)
 
     def _results(self, evals_log: dict) -> dict[str, Any]:
-        flat = {f"{data}-{metric}": values[-1] for data, metrics in evals_log.items()
-                for metric, values in metrics.items()}
-        if self._metrics is None:
-            return flat
-        missing = [name for name in self._metrics.values() if name not in flat]
-        if missing:
-            raise KeyError(f"ReportCallback(metrics=...) names {missing}, but XGBoost reported {sorted(flat)}")
-        return {key: flat[name] for key, name in self._metrics.items()}
+        return self._metrics.select({f"{data}-{metric}": values[-1] for data, metrics in evals_log.items()
+                                     for metric, values in metrics.items()})
 
     def _report(self, model: xgboost.Booster, with_checkpoint: bool) -> None:
         rounds = model.num_boosted_rounds()  # counts the rounds of a model training continued from, too

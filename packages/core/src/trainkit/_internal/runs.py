@@ -35,7 +35,8 @@ def describe_run(run_path: str, metric: str | None = None, mode: str = "max") ->
     if mode not in ("max", "min"):
         raise ValueError(f"mode={mode!r} is invalid: expected 'max' or 'min'")
     checkpoints = [{"name": c.name, "path": posixpath.join(path, c.name), "report_index": c.index,
-                    "attempt": c.attempt, "metrics": c.metrics} for c in sorted(state.checkpoints, key=lambda c: c.index)]
+                    "attempt": c.attempt, "metrics": c.metrics}
+                   for c in sorted(state.checkpoints, key=lambda c: c.index)]
     best = checkpoints[-1] if checkpoints else None
     if metric is not None:
         scored = [c for c in checkpoints if isinstance(c["metrics"].get(metric), (int, float))

@@ -100,11 +100,13 @@ class BackendConformance:
     def all_reduce_sum(value: float) -> float:
         raise NotImplementedError("set all_reduce_sum = staticmethod(...) in your conformance class")
 
-    def trainer(self, train_fn: Callable, run_config: trainkit.RunConfig, config: dict | None = None) -> DataParallelTrainer:
+    def trainer(self, train_fn: Callable, run_config: trainkit.RunConfig,
+                config: dict | None = None) -> DataParallelTrainer:
         return DataParallelTrainer(train_fn, train_loop_config=config, backend_config=self.backend_config,
                                    scaling_config=ScalingConfig(num_workers=self.num_workers), run_config=run_config)
 
-    def _fit(self, train_fn: Callable, run_config: Callable[..., trainkit.RunConfig], **config: Any) -> list[list[dict]]:
+    def _fit(self, train_fn: Callable, run_config: Callable[..., trainkit.RunConfig],
+             **config: Any) -> list[list[dict]]:
         collect = _Collect()
         config["all_reduce_sum"] = type(self).all_reduce_sum
         self.trainer(train_fn, run_config(callbacks=[collect]), config).fit()
