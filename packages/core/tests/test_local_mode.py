@@ -38,3 +38,28 @@ def test_local_mode_runs_in_process_without_ray(tmp_path):
     assert summary["return_value"] == 3
     assert sorted(os.listdir(tmp_path / "local")) == ["checkpoint_000002", "metrics.jsonl", "run_state.json",
                                                       "run_state.json.prev"]
+
+
+def _fail_after_a_report(config):
+    import trainkit
+    from trainkit.testing.steps import report_step, resume_step
+
+    step = resume_step()
+    if step == 0:
+        with open(config["big"], "rb") as f:
+            payload = f.read()
+        report_step(0, {"step": 0}, files={"big.bin": payload})  # SYNC: copied, hashing in the background
+        raise RuntimeError("fails right after report() returned")
+    trainkit.report({"resumed_at": step})
+
+
+def test_a_report_that_returned_before_an_error_still_commits(tmp_path, run_config):
+    import trainkit
+
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(64 << 20))  # hashing 64 MiB outlasts the raise that follows the report
+    result = trainkit.DataParallelTrainer(
+        _fail_after_a_report, train_loop_config={"big": str(big)},
+        scaling_config=trainkit.ScalingConfig(num_workers=0),
+        run_config=run_config(failure_config=trainkit.FailureConfig(max_failures=1))).fit()
+    assert result.metrics == {"resumed_at": 1}

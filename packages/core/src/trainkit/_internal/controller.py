@@ -30,6 +30,7 @@ from trainkit.result import Result, TrainingFailedError
 logger = logging.getLogger("trainkit")
 
 POLL_S = 2.0  # a worker answers a poll at least this often (heartbeat)
+LOCAL_SALVAGE_S = 30.0  # local mode: how long a failed attempt's in-flight uploads may take to commit
 
 
 @dataclass
@@ -332,7 +333,9 @@ class Controller:
         except Exception as exc:  # noqa: BLE001
             outcome.error = _training_error(failure_event(0, exc))
             outcome.worker_errors[0] = exc
-            session.abandon()  # late background uploads of a failed attempt must not commit
+            # Reports that returned before the error still commit (as a failed rank's peers' do on
+            # Ray); whatever is still uploading after that must not land in the next attempt.
+            session.salvage(timeout_s=LOCAL_SALVAGE_S)
         finally:
             set_session(None)
             self._local_session = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import shutil
 import threading
+from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -177,6 +178,12 @@ class Session:
     def _hand_over(self, report: Report) -> None:
         with self._sink_lock:
             self._sink(report)
+
+    def salvage(self, timeout_s: float) -> None:
+        """The training function failed but this process lives: let the uploads of reports that
+        already returned finish (up to ``timeout_s``) so they commit, then drop the rest."""
+        futures.wait(self._pending, timeout=timeout_s)
+        self.abandon()
 
     def abandon(self) -> None:
         """The attempt failed: drop whatever background uploads still produce. Returns once no
