@@ -150,6 +150,12 @@ class Controller:
         finally:
             self.display.stop()
         try:
+            # A killed attempt's worker can still be writing a temporary checkpoint dir for a moment
+            # after the next attempt's start swept them; by now it is long gone.
+            storage.sweep()
+        except Exception as exc:  # noqa: BLE001 - best effort: the next start sweeps again
+            self.display.note(f"could not remove temporary files: {exc}")
+        try:
             state.save(storage)
         except StorageError as exc:
             if outcome.error is None:
