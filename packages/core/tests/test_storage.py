@@ -112,3 +112,26 @@ def test_checkpoint_round_trip_and_metadata(tmp_path):
     with ckpt.as_directory() as path:
         assert path == ckpt.path
     assert Checkpoint.from_directory(ckpt.path) == ckpt
+
+
+def test_ranks_writing_the_same_file_never_hash_a_half_written_copy(tmp_path):
+    import threading
+
+    from trainkit._internal.storage import copy_dir_local, hash_local
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "shared.bin").write_bytes(os.urandom(4 << 20))
+    digests, dest = [], tmp_path / "dest"
+
+    def rank() -> None:
+        for _ in range(20):
+            digests.append(hash_local(str(dest), copy_dir_local(str(src), str(dest)))[0].sha256)
+
+    threads = [threading.Thread(target=rank) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(digests)) == 1 and len(digests) == 40
+    assert sorted(os.listdir(dest)) == ["shared.bin"]  # no private copies left behind

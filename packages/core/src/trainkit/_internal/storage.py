@@ -138,7 +138,16 @@ def copy_dir_local(local_dir: str, dest: str, **where: int) -> list[str]:
             continue
         target = os.path.join(dest, rel)
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        with_retries("upload", target, lambda: shutil.copyfile(absolute, target))
+        # Ranks may write the same file into one checkpoint: copy to a private name, then rename,
+        # so no rank ever hashes a file another rank is halfway through rewriting.
+        partial = os.path.join(os.path.dirname(target),
+                               f".{os.path.basename(target)}.{os.getpid()}.{threading.get_ident()}.part")
+
+        def copy(absolute: str = absolute, target: str = target, partial: str = partial) -> None:
+            shutil.copyfile(absolute, partial)
+            os.replace(partial, target)
+
+        with_retries("upload", target, copy)
         copied.append(rel)
         faults.point("upload_file", **where)
     os.makedirs(dest, exist_ok=True)
