@@ -31,7 +31,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from typing import Any, Callable, ClassVar
 
 import pytest
@@ -174,13 +173,12 @@ def _assert_resources_released(ray: Any, timeout_s: float = 10.0) -> None:
 
 def _save_and_report_fn(config: dict) -> None:
     io: CheckpointIO = config["checkpoint_io"]
-    rank = trainkit.get_context().get_world_rank()
-    if rank != 0:
-        trainkit.report({"rank": rank})
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        io.save(config["state"], tmp)
-        trainkit.report({"rank": rank}, checkpoint=Checkpoint.from_directory(tmp))
+    io.report({"rank": trainkit.get_context().get_world_rank()}, config["state"])  # rank 0 saves
+
+
+def _fit_two(train_fn: Callable, config: dict, run_config: trainkit.RunConfig) -> trainkit.Result:
+    return DataParallelTrainer(train_fn, train_loop_config=config, scaling_config=ScalingConfig(num_workers=2),
+                               run_config=run_config).fit()
 
 
 def _resume_fn(config: dict) -> None:
@@ -214,18 +212,15 @@ class CheckpointConformance:
     def test_round_trip_through_a_run_and_resume(self, run_config) -> None:
         config = {"checkpoint_io": self.checkpoint_io, "state": self.make_state(), "assert_same": self.assert_same}
         rc = run_config()
-        result = DataParallelTrainer(_save_and_report_fn, train_loop_config=config,
-                                     scaling_config=ScalingConfig(num_workers=2), run_config=rc).fit()
+        result = _fit_two(_save_and_report_fn, config, rc)
         self.assert_same(self.checkpoint_io.load(result.checkpoint), config["state"])
-        resumed = DataParallelTrainer(_resume_fn, train_loop_config=config, scaling_config=ScalingConfig(num_workers=2),
-                                      run_config=run_config(name=rc.name, storage_path=rc.storage_path)).fit()
+        resumed = _fit_two(_resume_fn, config, run_config(name=rc.name, storage_path=rc.storage_path))
         assert resumed.metrics == {"resumed": 1}
 
     @_GUARDS
     def test_altered_file_is_refused(self, run_config) -> None:
         config = {"checkpoint_io": self.checkpoint_io, "state": self.make_state()}
-        result = DataParallelTrainer(_save_and_report_fn, train_loop_config=config,
-                                     scaling_config=ScalingConfig(num_workers=2), run_config=run_config()).fit()
+        result = _fit_two(_save_and_report_fn, config, run_config())
         path = result.checkpoint.path
         victim = next(os.path.join(path, n) for n in sorted(os.listdir(path)) if not n.startswith("."))
         with open(victim, "r+b") as f:
