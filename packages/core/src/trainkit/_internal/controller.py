@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -317,13 +316,8 @@ class Controller:
         self._world_size = 1
         context = TrainContext(world_rank=0, world_size=1, local_rank=0, local_world_size=1, node_rank=0,
                                experiment_name=self.storage.name, attempt=self.state.attempt, storage=self.storage)
-        lock = threading.Lock()
-
-        def consolidate_in_order(report: Report) -> None:  # the training and upload threads both report
-            with lock:
-                self._on_report(report)
-
-        session = Session(context, self.storage, consolidate_in_order, next_index=self.state.next_report_index,
+        # The training and upload threads both report; the session hands reports over one at a time.
+        session = Session(context, self.storage, self._on_report, next_index=self.state.next_report_index,
                           checkpoint=self._latest_checkpoint(), datasets=self.datasets)
         backend = self.backend_config.backend_cls()
         outcome = _Attempt()

@@ -89,7 +89,7 @@ class Session:
         self.context = context
         self.storage = storage
         self._sink = sink
-        self._sink_lock = threading.Lock()  # abandon() waits out a report being handed over
+        self._sink_lock = threading.Lock()  # one hand-over at a time; abandon() waits one out
         self.next_index = next_index
         self.checkpoint = checkpoint
         self.datasets = datasets or {}
