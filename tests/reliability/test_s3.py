@@ -42,9 +42,9 @@ def test_s3_run_checkpoints_fails_over_and_resumes(ray_cluster, s3_server, figur
     state = json.loads(fs.open_input_stream(f"{run}/run_state.json").read())
     lines = [json.loads(line) for line in fs.open_input_stream(f"{run}/metrics.jsonl").read().decode().splitlines()]
     last_commit = max(line["metrics"]["step"] for line in lines if line["attempt"] == 0 and line["checkpoint"])
-    # attempt 1 resumed right after the last commit of attempt 0 (step 2 unless the commits of this
-    # slower object store were still in flight when rank 1 died)
-    assert len(state["failures"]) == 1 and first.return_value == last_commit + 1 >= 2
+    # attempt 1 resumed right after the last commit of attempt 0: step 2, unless the commits of this
+    # slower object store were still in flight when rank 1 died (seen once under CI load: step 1)
+    assert len(state["failures"]) == 1 and first.return_value == last_commit + 1 >= 1
 
     second = DataParallelTrainer(train_fn, train_loop_config={"steps": 7, "markers": str(tmp_path)}, scaling_config=two, run_config=config).fit()
     with second.checkpoint.as_directory() as path:
