@@ -1,6 +1,6 @@
 """Test sessions, generated from the packages' pyproject files.
 
-    nox -t ci                               what CI runs: core, every plugin at its latest version,
+    nox -t ci                               what CI runs: core, every plugin at its CI row,
                                             the third-party plugin (tests/fixtures), packaging,
                                             integration
     nox -s quickstart                       the README's main job
@@ -16,6 +16,7 @@ Each package declares its rows in ``[tool.trainkit] test-matrix`` of its pyproje
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import shutil
@@ -37,6 +38,21 @@ PINNED = {"torch": "torch==2.13.0"}
 FRAMEWORKS = ("torch", "tensorflow", "jax", "xgboost", "lightgbm", "lightning", "transformers", "horovod")
 
 nox.options.default_venv_backend = "virtualenv"
+
+
+def _pruned_on_ci(session_fn):
+    """Where ``CI`` is set, removes a session's environment when the session ends. CI machines have
+    little disk: kept side by side, the CI sessions' environments need over 10 GB."""
+
+    @functools.wraps(session_fn)
+    def run(session: nox.Session) -> None:
+        try:
+            session_fn(session)
+        finally:
+            if os.environ.get("CI"):
+                shutil.rmtree(session.virtualenv.location, ignore_errors=True)
+
+    return run
 
 
 def _interpreter(version: str) -> str:
@@ -82,6 +98,7 @@ def _matrix_session(package: Path, row: dict) -> None:
 
     @nox.session(python=_interpreter(python), name=f"{name}({label})",
                  tags=[name, "matrix"] + (["ci"] if row.get("ci") else []))
+    @_pruned_on_ci
     def run(session: nox.Session) -> None:
         requirements = [f"{k}=={v}" for k, v in pins.items()]
         if package == THIRDPARTY:
@@ -116,6 +133,7 @@ def _install_all(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, tags=["ci"])
+@_pruned_on_ci
 def integration(session: nox.Session) -> None:
     """Every plugin together: quickstart, Ray Train compatibility, the reliability suite (real S3
     server), the plugin template."""
@@ -132,6 +150,7 @@ def together(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, tags=["ci"])
+@_pruned_on_ci
 def packaging(session: nox.Session) -> None:
     """Builds every sdist and wheel (each wheel from its sdist), then installs core alone and each
     plugin alone into fresh environments: entry point loads, every module imports, a 2-worker run
@@ -154,6 +173,7 @@ def packaging(session: nox.Session) -> None:
                     external=True)
         session.run(python, "-m", "pip", "check", external=True)
         session.run(python, str(ROOT / "tests" / "packaging_check.py"), project["name"], *plugins, external=True)
+        shutil.rmtree(env)  # each holds Ray and a framework: keep one at a time on disk
 
 
 @nox.session(python=PYTHON)
