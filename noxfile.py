@@ -32,6 +32,8 @@ CORE = ROOT / "packages" / "core"
 THIRDPARTY = ROOT / "tests" / "fixtures" / "thirdparty_plugin"
 PYTHON = "3.11"
 TEST_DEPS = ["pytest>=8", "pytest-timeout", "psutil", "pandas", "scikit-learn", "matplotlib"]
+# Core's tracking tests start a real MLflow server and read event files with TensorBoard's own reader.
+TRACKING_TEST_DEPS = ["mlflow>=2.10", "tensorboardX>=2.6", "tensorboard>=2.12"]
 # Where several frameworks share an environment (integration, quickstart, bench): the CPU build of
 # torch that lies on this machine's disk. An unpinned torch would pull a multi-GB CUDA build.
 PINNED = {"torch": "torch==2.13.0"}
@@ -108,6 +110,7 @@ def _matrix_session(package: Path, row: dict) -> None:
             session.chdir(THIRDPARTY)
         elif package == CORE:  # core alone: no framework may be importable, and its tests need none
             _install_core(session, *requirements)
+            session.install(*TRACKING_TEST_DEPS, *requirements)
             session.run("python", "-c", "import importlib.util as u, sys; "
                         f"found = [f for f in {FRAMEWORKS!r} if u.find_spec(f)]; "
                         "sys.exit(f'frameworks importable in core alone: {found}' if found else 0)")

@@ -111,3 +111,36 @@ def test_cli_lists_plugins(site):
     table = subprocess.run([sys.executable, "-m", "trainkit.cli", "plugins"], env=env,
                            capture_output=True, text=True, check=True).stdout
     assert "toy-good" in table and "skipped" in table
+
+
+TRACKING = '''
+import trainkit
+from trainkit import hookimpl
+
+class Record(trainkit.UserCallback):
+    def after_report(self, run_context, metrics, checkpoint):
+        with open({path!r}, "a") as f:
+            f.write(f"{{run_context.report_index}} {{metrics[0]['loss']}}\\n")
+
+@hookimpl
+def trainkit_default_callbacks(run_config):
+    return [Record()]
+'''
+
+
+def test_a_plugin_adds_callbacks_to_every_run(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    log = tmp_path / "tracked.txt"
+    make_dist(site, "org-tracking", TRACKING.format(path=str(log)), entry="org-tracking")
+    code = textwrap.dedent(f"""
+        import trainkit
+        def train_fn():
+            for step in range(3):
+                trainkit.report({{"loss": step / 10}})
+        trainkit.DataParallelTrainer(train_fn, scaling_config=trainkit.ScalingConfig(num_workers=0),
+                                     run_config=trainkit.RunConfig(storage_path={str(tmp_path)!r}, verbose=0)).fit()
+    """)
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    assert log.read_text().split("\n") == ["0 0.0", "1 0.1", "2 0.2", ""]

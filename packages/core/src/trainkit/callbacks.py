@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:
     from trainkit.checkpoint import Checkpoint
@@ -14,12 +14,19 @@ __all__ = ["MetricNames", "RunContext", "UserCallback"]
 
 @dataclass(frozen=True)
 class RunContext:
-    """What a callback knows about the run."""
+    """What a callback knows about the run.
+
+    ``report_index`` is the latest consolidated report's index (-1 before the first): the step that
+    tracking callbacks log under, increasing across attempts and resumed runs. ``config`` is the
+    trainer's ``train_loop_config``.
+    """
 
     name: str
     path: str
     attempt: int
     num_workers: int
+    report_index: int = -1
+    config: Mapping[str, Any] | None = None
 
 
 class UserCallback:

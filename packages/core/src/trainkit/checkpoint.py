@@ -47,6 +47,12 @@ class Checkpoint:
 
         return cls(os.path.abspath(os.fspath(path)), pafs.LocalFileSystem())
 
+    @property
+    def uri(self) -> str:
+        """Where the checkpoint lives: its local path, or ``scheme://bucket/key`` on an object store."""
+        scheme = self.filesystem.type_name
+        return self.path if scheme == "local" or "::" in scheme else f"{scheme}://{self.path}"
+
     def _is_local(self) -> bool:
         return storage.is_local(self.filesystem)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
 from trainkit._internal.naming import validate_name
+from trainkit.callbacks import UserCallback
 
 __all__ = ["ScalingConfig", "RunConfig", "FailureConfig", "CheckpointConfig"]
 
@@ -246,6 +247,9 @@ class RunConfig:
         if not isinstance(self.checkpoint_config, CheckpointConfig):
             raise _bad("checkpoint_config", self.checkpoint_config, "a trainkit.CheckpointConfig")
         object.__setattr__(self, "callbacks", tuple(self.callbacks or ()))
+        for callback in self.callbacks:
+            if not isinstance(callback, UserCallback):
+                raise _bad("callbacks", callback, "trainkit.UserCallback objects (subclass it)")
         if self.verbose is not None and (isinstance(self.verbose, bool) or self.verbose not in _VERBOSITY):
             raise _bad("verbose", self.verbose, "0, 1 or 2")
 

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from trainkit._internal.plugins import BackendRegistry
     from trainkit._internal.worker_group import WorkerGroup
     from trainkit.backend import BackendConfig
-    from trainkit.config import ScalingConfig
+    from trainkit.callbacks import UserCallback
+    from trainkit.config import RunConfig, ScalingConfig
     from trainkit.context import TrainContext
 
 hookspec = pluggy.HookspecMarker("trainkit")
@@ -55,6 +56,12 @@ def trainkit_worker_start(context: "TrainContext") -> None:
 @hookspec
 def trainkit_worker_stop(context: "TrainContext") -> None:
     """A worker is shutting down cleanly. Runs in every worker, after the backend's ``on_shutdown``."""
+
+
+@hookspec
+def trainkit_default_callbacks(run_config: "RunConfig") -> "list[UserCallback] | None":
+    """Callbacks to add to every run, e.g. an organisation's experiment tracking. Runs in the driver
+    when a run starts; the callbacks returned run after ``RunConfig.callbacks``, in plugin order."""
 
 
 # -- events (driver) -----------------------------------------------------------------------------------

@@ -66,6 +66,9 @@ class Controller:
                                   run_config.storage_filesystem)
         self.display = Display(run_config.verbose, self.storage.name)
         self.plugins = get_plugins()
+        self.callbacks = [*run_config.callbacks, *(
+            callback for added in self.plugins.hook.trainkit_default_callbacks(run_config=run_config)
+            for callback in added or ())]
         self.state: RunState | None = None
         self.resumed_from: str | None = None
         self._pending: dict[int, dict[int, Report]] = {}
@@ -177,10 +180,12 @@ class Controller:
         return last
 
     def _run_context(self) -> RunContext:
-        return RunContext(self.storage.name, self.storage.run_path, self.state.attempt, self._world_size)
+        state = self.state
+        return RunContext(self.storage.name, self.storage.run_path, state.attempt, self._world_size,
+                          report_index=state.next_report_index - 1, config=self.train_loop_config)
 
     def _callbacks(self, method: str, *args: Any) -> None:
-        for callback in self.run_config.callbacks:
+        for callback in self.callbacks:
             getattr(callback, method)(*args)
 
     def _latest_checkpoint(self) -> Checkpoint | None:

@@ -1,0 +1,142 @@
+"""Tracking callbacks against the real backends: an ``mlflow server`` (SQLite store, served artifacts)
+started on loopback, and TensorBoard's own event reader."""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+import trainkit
+from trainkit import FailureConfig, ScalingConfig
+from trainkit.testing import find_free_port
+from trainkit.testing.steps import report_step, resume_step
+
+mlflow = pytest.importorskip("mlflow")
+pytest.importorskip("tensorboardX")
+from mlflow import MlflowClient  # noqa: E402
+
+from trainkit.tracking import MLflowCallback, TensorBoardCallback  # noqa: E402
+
+CONFIG = {"lr": 0.1, "model": {"layers": 2}, "marker": ""}
+
+
+def train_fn(config):
+    """Four reports with a checkpoint each; fails once before step 2 when ``marker`` is set."""
+    for step in range(resume_step(), 4):
+        if step == 2 and config["marker"] and not os.path.exists(config["marker"]):
+            open(config["marker"], "w").close()
+            raise RuntimeError("injected failure")
+        report_step(step, {"loss": 1.0 / (step + 1), "eval": {"acc": 0.5 + step / 10}, "phase": "train"})
+
+
+@pytest.fixture(scope="module")
+def mlflow_uri(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mlflow")
+    port = find_free_port()
+    server = subprocess.Popen(
+        [shutil.which("mlflow", path=os.path.dirname(sys.executable)) or "mlflow", "server",
+         "--backend-store-uri", f"sqlite:///{root}/mlflow.db", "--artifacts-destination", str(root / "artifacts"),
+         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        stdout=open(root / "server.log", "wb"), stderr=subprocess.STDOUT)
+    uri = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            urllib.request.urlopen(f"{uri}/health", timeout=2)
+            break
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                pytest.fail(f"mlflow server did not start:\n{(root / 'server.log').read_text()[-3000:]}")
+            time.sleep(0.5)
+    yield uri
+    server.terminate()
+    server.wait(timeout=30)
+
+
+def fit(run_config, callbacks, marker="", num_workers=0, max_failures=1, **run_kwargs):
+    trainer = trainkit.DataParallelTrainer(
+        train_fn, train_loop_config={**CONFIG, "marker": marker},
+        scaling_config=ScalingConfig(num_workers=num_workers, resources_per_worker={"CPU": 1}),
+        run_config=run_config(callbacks=callbacks, failure_config=FailureConfig(max_failures=max_failures),
+                              **run_kwargs))
+    return trainer.fit()
+
+
+def mlflow_run(uri, result):
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("trainkit-tests").experiment_id],
+                              filter_string=f"tags.`trainkit.run_path` = '{result.path}'")
+    assert len(runs) == 1, "one MLflow run per trainkit run"
+    return client, runs[0]
+
+
+def steps(client, run_id, key):
+    return [(m.step, round(m.value, 6)) for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)]
+
+
+def test_mlflow_receives_params_metrics_and_checkpoint_links_from_2_workers(ray_cluster, run_config, mlflow_uri):
+    result = fit(run_config, [MLflowCallback(mlflow_uri, experiment_name="trainkit-tests")], num_workers=2)
+    client, run = mlflow_run(mlflow_uri, result)
+    assert run.info.status == "FINISHED" and run.info.run_name == os.path.basename(result.path)
+    assert run.data.params == {"lr": "0.1", "model.layers": "2", "marker": ""}
+    assert steps(client, run.info.run_id, "loss") == [(0, 1.0), (1, 0.5), (2, 0.333333), (3, 0.25)]
+    assert steps(client, run.info.run_id, "eval/acc") == [(0, 0.5), (1, 0.6), (2, 0.7), (3, 0.8)]
+    assert "phase" not in run.data.metrics  # not a number
+    links = {k: v for k, v in run.data.tags.items() if k.startswith("trainkit.checkpoint.")}
+    committed = [c.path for c, _ in result.best_checkpoints]
+    assert sorted(links.values()) == sorted(committed) and len(committed) == 4
+
+
+def test_mlflow_follows_restarts_and_resumed_runs_and_uploads_artifacts(run_config, mlflow_uri, tmp_path):
+    callback = MLflowCallback(mlflow_uri, experiment_name="trainkit-tests", log_checkpoints="artifact")
+    with pytest.raises(trainkit.TrainingFailedError):  # fails at step 2, no retries
+        fit(run_config, [callback], marker=str(tmp_path / "failed"), max_failures=0, name="resumed")
+    client, run = mlflow_run(mlflow_uri, trainkit.Result.from_path(str(tmp_path / "storage" / "resumed")))
+    assert run.info.status == "FAILED"
+    assert [s for s, _ in steps(client, run.info.run_id, "loss")] == [0, 1]
+
+    result = fit(run_config, [callback], name="resumed")  # the same name resumes the run
+    client, resumed = mlflow_run(mlflow_uri, result)
+    assert resumed.info.run_id == run.info.run_id and resumed.info.status == "FINISHED"
+    assert [s for s, _ in steps(client, run.info.run_id, "loss")] == [0, 1, 2, 3]
+    assert resumed.data.tags["trainkit.attempt"] == "1"
+    uploaded = [a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")]
+    assert len(uploaded) == 4
+    local = client.download_artifacts(run.info.run_id, uploaded[-1], str(tmp_path / "download"))
+    assert open(os.path.join(local, "step")).read() == "3"
+
+
+def test_mlflow_unreachable_fails_before_training(run_config, monkeypatch, tmp_path):
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    with pytest.raises(Exception, match="127.0.0.1"):
+        fit(run_config, [MLflowCallback(f"http://127.0.0.1:{find_free_port()}")], marker=str(tmp_path / "m"))
+    assert not (tmp_path / "m").exists() and not list((tmp_path / "storage").glob("*/checkpoint_*"))
+
+
+def test_tensorboard_event_files_hold_scalars_restarts_and_checkpoints(run_config, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    result = fit(run_config, [TensorBoardCallback()], marker=str(tmp_path / "failed"))  # one restart
+    events = EventAccumulator(os.path.join(result.path, "tensorboard"), size_guidance={"scalars": 0, "tensors": 0})
+    events.Reload()
+    scalars = {tag: [(e.step, round(e.value, 6)) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    assert scalars["loss"] == [(0, 1.0), (1, 0.5), (2, 0.333333), (3, 0.25)]
+    assert scalars["eval/acc"] == [(0, 0.5), (1, 0.6), (2, 0.7), (3, 0.8)]
+    assert scalars["trainkit/attempt"] == [(0, 0), (2, 1)]  # the restart resumed after report 1
+    texts = {tag: [(e.step, e.tensor_proto.string_val[0].decode()) for e in events.Tensors(tag)]
+             for tag in events.Tags()["tensors"]}
+    assert [step for step, _ in texts["checkpoint/text_summary"]] == [0, 1, 2, 3]
+    assert texts["checkpoint/text_summary"][-1][1] == result.checkpoint.path
+    assert '"lr": 0.1' in texts["config/text_summary"][0][1]
+
+
+def test_tracking_callbacks_refuse_bad_arguments():
+    with pytest.raises(ValueError, match="log_checkpoints='files'.*'link', 'artifact', None"):
+        MLflowCallback(log_checkpoints="files")
+    with pytest.raises(ValueError, match="callbacks=.*trainkit.UserCallback"):
+        trainkit.RunConfig(callbacks=[print])
