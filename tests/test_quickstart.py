@@ -20,3 +20,8 @@ def test_quickstart_trains_and_scores_above_90_percent(tmp_path):
     kept = sorted(p.name for p in run.iterdir() if p.name.startswith("checkpoint_"))
     assert len(kept) == 2  # CheckpointConfig(num_to_keep=2)
     assert "finished" in out.stderr and "Ray" not in out.stderr  # quiet: no Ray start-up chatter
+    lines = [line.rstrip() for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == len(set(lines)), "no line (warning) printed twice"
+    assert len([line for line in lines if line.startswith("trainkit: report ")]) == 8  # one per checkpoint
+    best = re.search(r"^best +(\S+) +\(val_accuracy=", out.stderr, re.M).group(1)  # the summary's best row
+    assert f"best checkpoint: {best}" in out.stdout

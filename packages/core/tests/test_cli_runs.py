@@ -20,8 +20,9 @@ def fail_once_fn(config):
         report_step(step, {"step": step, "accuracy": [0.5, 0.9, 0.7, 0.8][step]})
 
 
-def cli(*args):
-    out = subprocess.run([sys.executable, "-m", "trainkit.cli", *args], capture_output=True, text=True, timeout=60)
+def cli(*args, **env):
+    out = subprocess.run([sys.executable, "-m", "trainkit.cli", *args], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, **env})
     return out.returncode, out.stdout, out.stderr
 
 
@@ -59,6 +60,13 @@ def test_show_gives_attempts_failures_checkpoints_and_the_best(storage):
     assert run["best_checkpoint"]["name"] == run["checkpoints"][1]["name"]  # accuracy 0.9
     code, text, _ = cli("show", str(storage / "first"), "--metric", "accuracy", "--mode", "min")
     assert code == 0 and f"{run['checkpoints'][0]['name']} *" in text  # accuracy 0.5, marked best
+
+
+def test_runs_and_show_default_to_the_default_storage_path(storage):
+    code, out, _ = cli("runs", "--json", TRAINKIT_STORAGE_PATH=str(storage))
+    assert code == 0 and [r["name"] for r in json.loads(out)] == ["second", "first"]
+    code, out, _ = cli("show", "first", "--json", TRAINKIT_STORAGE_PATH=str(storage))  # a bare run name
+    assert code == 0 and json.loads(out)["path"] == str(storage / "first")
 
 
 def test_show_names_a_missing_run(tmp_path):

@@ -52,13 +52,15 @@ def _metrics(metrics: dict[str, Any], limit: int = 4) -> str:
 
 def _runs(args: argparse.Namespace) -> int:
     from trainkit._internal.runs import list_runs
+    from trainkit._internal.storage import default_storage_path
 
-    runs = list_runs(args.storage_path)
+    storage_path = args.storage_path or default_storage_path()
+    runs = list_runs(storage_path)
     if args.json:
         print(json.dumps(runs, indent=1, default=str))
         return 0
     if not runs:
-        print(f"no trainkit runs under {args.storage_path}")
+        print(f"no trainkit runs under {storage_path}")
         return 0
     table = Table("name", "status", "attempts", "reports", "checkpoints", "last metrics", "updated", box=None)
     for run in runs:
@@ -112,6 +114,9 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
+RUN_HELP = "the run's directory (local path or URI), or a run name under the default storage path"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="trainkit", description="Distributed training on Ray, any framework.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -119,17 +124,18 @@ def main(argv: list[str] | None = None) -> int:
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
     plugins.set_defaults(func=_plugins)
     runs = commands.add_parser("runs", help="the runs under a storage path, with status and last metrics")
-    runs.add_argument("storage_path", help="local path or URI (e.g. s3://bucket/runs)")
+    runs.add_argument("storage_path", nargs="?", help="local path or URI, e.g. s3://bucket/runs (default: "
+                      "$TRAINKIT_STORAGE_PATH, else ~/trainkit_results)")
     runs.add_argument("--json", action="store_true", help="machine-readable output")
     runs.set_defaults(func=_runs)
     show = commands.add_parser("show", help="one run: attempts, failures, checkpoints and the best one")
-    show.add_argument("run", help="the run's directory: local path or URI")
+    show.add_argument("run", help=RUN_HELP)
     show.add_argument("--metric", help="pick the best checkpoint by this reported metric (default: the latest)")
     show.add_argument("--mode", default="max", choices=["max", "min"], help="with --metric: higher or lower is better")
     show.add_argument("--json", action="store_true", help="machine-readable output")
     show.set_defaults(func=_show)
     plot = commands.add_parser("plot", help="a PNG of metric curves, checkpoints and restarts marked")
-    plot.add_argument("run", help="the run's directory: local path or URI")
+    plot.add_argument("run", help=RUN_HELP)
     plot.add_argument("--metric", action="append", required=True, help="a reported metric; repeat for more")
     plot.add_argument("-o", "--output", default="metrics.png", help="the PNG to write (default: metrics.png)")
     plot.add_argument("--json", action="store_true", help="machine-readable output")

@@ -1,7 +1,7 @@
 """What the driver prints: worker output prefixed by rank, a live status line, a final summary.
 
 On a terminal the status line redraws in place; otherwise it becomes a plain line per committed
-checkpoint (and per report at verbose=2). Verbosity: ``RunConfig.verbose`` or ``$TRAINKIT_VERBOSE``.
+checkpoint, and at least every ``PLAIN_EVERY_S`` while reports arrive (every report at verbose=2). Verbosity: ``RunConfig.verbose`` or ``$TRAINKIT_VERBOSE``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
+
+PLAIN_EVERY_S = 30.0
 
 
 def resolve_verbosity(verbose: int | None) -> int:
@@ -48,7 +50,7 @@ class Display:
         if not self.console.is_terminal:  # plain lines: never wrap at an imagined 80 columns
             self.console = Console(stderr=True, highlight=False, width=10_000)
         self._live: Live | None = None
-        self._started = time.monotonic()
+        self._started = self._last_line = time.monotonic()
         self.fields: dict[str, Any] = {"attempt": 0, "workers": 0, "reports": 0, "metrics": None, "checkpoint": None}
 
     def start(self) -> None:
@@ -74,9 +76,12 @@ class Display:
 
     def report(self, index: int, metrics: dict[str, Any], checkpoint: str | None) -> None:
         self.update(reports=self.fields["reports"] + 1, metrics=metrics, checkpoint=checkpoint or self.fields["checkpoint"])
-        if self._live is None and (self.verbose >= 2 or (self.verbose >= 1 and checkpoint)):
+        now = time.monotonic()
+        due = checkpoint or now - self._last_line >= PLAIN_EVERY_S
+        if self._live is None and (self.verbose >= 2 or (self.verbose >= 1 and due)):
             suffix = f"  [{checkpoint}]" if checkpoint else ""
             self.console.print(f"trainkit: report {index}  {format_metrics(metrics)}{suffix}", markup=False)
+            self._last_line = now
 
     def note(self, message: str) -> None:
         if self.verbose >= 1:
@@ -95,7 +100,8 @@ class Display:
             self._live.stop()
             self._live = None
 
-    def summary(self, result: Any, attempts: int) -> None:
+    def summary(self, result: Any, attempts: int, score_by: tuple[str, str] | None = None) -> None:
+        """The final table; ``score_by`` = (metric, "max" | "min") adds the best checkpoint."""
         if self.verbose < 1:
             return
         table = Table(show_header=False, box=None, pad_edge=False, title_justify="left",
@@ -107,6 +113,9 @@ class Display:
             table.add_row("metrics", format_metrics(result.metrics, limit=10))
         if result.checkpoint:
             table.add_row("checkpoint", result.checkpoint.path)
+        if score_by and (best := result.get_best_checkpoint(*score_by)) is not None:
+            score = next(m[score_by[0]] for c, m in result.best_checkpoints if c == best)
+            table.add_row("best", f"{best.path}  ({score_by[0]}={format_metrics({'': score})[1:]})")
         if result.error is not None:
             table.add_row("error", f"{type(result.error).__name__}: {str(result.error).splitlines()[0]}")
         table.add_row("time", f"{time.monotonic() - self._started:.1f} s")

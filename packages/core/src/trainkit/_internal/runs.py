@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import posixpath
 from typing import Any
 
 from trainkit._internal import storage as storage_mod
 from trainkit._internal.run_state import RunState
+
+
+def locate_run(run: str) -> str:
+    """A run's path or URI as given, or a bare run name looked up under the default storage path."""
+    if "/" in run or os.path.exists(run):
+        return run
+    return posixpath.join(storage_mod.default_storage_path(), run)
 
 
 def list_runs(storage_path: str) -> list[dict[str, Any]]:
@@ -28,7 +36,7 @@ def list_runs(storage_path: str) -> list[dict[str, Any]]:
 def describe_run(run_path: str, metric: str | None = None, mode: str = "max") -> dict[str, Any]:
     """One run: its state, failures and checkpoints with their metrics, and the best checkpoint
     (by ``metric`` when given, else the latest)."""
-    fs, path = storage_mod.resolve_filesystem(run_path)
+    fs, path = storage_mod.resolve_filesystem(locate_run(run_path))
     state = RunState.load(fs, path)
     if state is None:
         raise FileNotFoundError(f"no trainkit run at {run_path!r} (no {storage_mod.STATE})")
@@ -60,7 +68,7 @@ def plot_metrics(run_path: str, metrics: list[str], output: str) -> dict[str, An
         from matplotlib.ticker import MaxNLocator
     except ImportError as exc:
         raise ImportError("trainkit plot needs matplotlib: pip install 'trainkit[plot]'") from exc
-    fs, path = storage_mod.resolve_filesystem(run_path)
+    fs, path = storage_mod.resolve_filesystem(locate_run(run_path))
     log = storage_mod.read_metrics_log(fs, path)
     if not log:
         raise FileNotFoundError(f"no reports in {run_path!r} (no {storage_mod.METRICS} or it is empty)")

@@ -1,0 +1,22 @@
+"""What the driver prints off a terminal: plain lines, at least every PLAIN_EVERY_S while reports arrive."""
+
+import pytest
+
+from trainkit._internal import display as display_mod
+
+
+@pytest.mark.parametrize(("every_s", "expected"), [(3600.0, ["report 1"]), (0.0, ["report 0", "report 1", "report 2"])])
+def test_plain_lines_for_checkpoints_and_then_periodically(monkeypatch, capsys, every_s, expected):
+    monkeypatch.setattr(display_mod, "PLAIN_EVERY_S", every_s)
+    shown = display_mod.Display(verbose=1, run_name="r")
+    for index, checkpoint in enumerate([None, "checkpoint_000001", None]):
+        shown.report(index, {"loss": 0.5}, checkpoint)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split("  ")[0].removeprefix("trainkit: ") for line in lines] == expected
+
+
+def test_quiet_prints_nothing(capsys):
+    shown = display_mod.Display(verbose=0, run_name="r")
+    shown.report(0, {"loss": 0.5}, "checkpoint_000000")
+    shown.note("something")
+    assert capsys.readouterr().err == ""

@@ -1,0 +1,106 @@
+"""Every code block in README.md and docs/ runs, so the docs cannot rot.
+
+A page's blocks run in order in a fresh directory with its own ``HOME`` (runs land in its
+``~/trainkit_results``): ``python`` blocks share one namespace, ``bash`` blocks run with ``-euo
+pipefail``, ``toml`` blocks must parse, ``text`` blocks (output, trees) are shown as written. A
+``pip install`` line is not run (the packages are not published from here): every requirement on it
+must name one of this repository's distributions or extras. README's ``bash`` blocks are the two
+set-up commands; CI runs them itself.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```(\S*)\n(.*?)^```$", re.S | re.M)
+LANGUAGES = {"python", "bash", "toml", "text"}
+
+
+def blocks(page: Path) -> list[tuple[str, int, str]]:
+    text = page.read_text()
+    return [(m.group(1), text.count("\n", 0, m.start()) + 2, m.group(2)) for m in FENCE.finditer(text)]
+
+
+def distributions() -> dict[str, set[str]]:
+    """This repository's distributions and their extras."""
+    found = {}
+    for pyproject in ROOT.glob("packages/*/pyproject.toml"):
+        project = tomllib.loads(pyproject.read_text())["project"]
+        found[project["name"]] = set(project.get("optional-dependencies", {}))
+    return found
+
+
+def check_pip_install(line: str) -> None:
+    known = distributions()
+    for arg in shlex.split(line.split("#", 1)[0])[2:]:
+        if arg.startswith("-"):
+            continue
+        requirement = Requirement(arg)
+        assert requirement.name in known, f"{line!r}: {requirement.name} is not a distribution of this repository"
+        unknown = requirement.extras - known[requirement.name]
+        assert not unknown, f"{line!r}: {requirement.name} has no extra(s) {sorted(unknown)}"
+
+
+RUNNER = textwrap.dedent('''
+    import json, subprocess, sys
+    namespace = {"__name__": "__main__"}
+    for language, page, line, source in json.load(open(sys.argv[1])):
+        where = f"{page}:{line}"
+        print(f"--- {where} ({language})", flush=True)
+        if language == "python":
+            exec(compile("\\n" * (line - 1) + source, page, "exec"), namespace)
+        else:
+            if subprocess.run(["bash", "-euo", "pipefail", "-c", source]).returncode:
+                sys.exit(f"the bash block at {where} failed")
+''')
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_code_block_runs(page, tmp_path):
+    import json
+
+    runnable = []
+    for language, line, source in blocks(page):
+        assert language in LANGUAGES, f"{page.name}:{line}: give the block one of the languages {sorted(LANGUAGES)}"
+        if language == "toml":
+            tomllib.loads(source)
+        elif language == "bash" and page.name != "README.md":
+            commands = [c for c in source.splitlines() if c.strip() and not c.startswith("#")]
+            for command in commands:
+                if command.startswith("pip install"):
+                    check_pip_install(command)
+            script = "\n".join(c for c in commands if not c.startswith("pip install"))
+            if script:
+                runnable.append(("bash", page.name, line, script))
+        elif language == "python":
+            runnable.append(("python", page.name, line, source))
+    if not runnable:
+        return
+    (tmp_path / "blocks.json").write_text(json.dumps(runnable))
+    (tmp_path / "runner.py").write_text(RUNNER)
+    env = {**os.environ, "HOME": str(tmp_path), "TRAINKIT_VERBOSE": "0",
+           "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])}
+    env.pop("TRAINKIT_STORAGE_PATH", None)
+    work = tmp_path / "work"
+    work.mkdir()
+    done = subprocess.run([sys.executable, str(tmp_path / "runner.py"), str(tmp_path / "blocks.json")], cwd=work,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"{page.name}:\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}"
+
+
+def test_readme_setup_commands_are_what_ci_runs():
+    commands = [source.strip() for language, _, source in blocks(ROOT / "README.md") if language == "bash"]
+    assert commands == ["pip install nox && nox -s quickstart", "pip install nox && nox -t ci"]
+    assert commands[1] in (ROOT / ".ci" / "run").read_text()
