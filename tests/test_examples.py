@@ -1,4 +1,4 @@
-"""The GBDT examples, end to end on 2 CPU workers."""
+"""The GBDT and Lightning examples, end to end on 2 CPU workers."""
 
 import os
 import re
@@ -23,3 +23,15 @@ def test_gbdt_example_trains_and_scores(tmp_path, name):
     assert accuracy > 0.9  # a single process scores 0.92 (LightGBM) and 0.94 (XGBoost) on this split
     (run,) = tmp_path.iterdir()
     assert len(list(run.glob("checkpoint_*/.manifest.json"))) == 4  # rounds 10, 20, 30, 40
+
+
+def test_lightning_example_trains_to_good_accuracy(tmp_path):
+    env = {**os.environ, "TRAINKIT_STORAGE_PATH": str(tmp_path)}
+    out = subprocess.run([sys.executable, str(EXAMPLES / "lightning_digits.py")], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    accuracy = float(re.search(r"validation accuracy: ([0-9.]+)", out.stdout).group(1))
+    print(f"lightning_digits validation accuracy: {accuracy:.3f}")
+    assert accuracy > 0.9 and "restored model with lr=0.01" in out.stdout
+    (run,) = tmp_path.iterdir()
+    assert len(list(run.glob("checkpoint_*/checkpoint.ckpt"))) == 2  # CheckpointConfig(num_to_keep=2)

@@ -56,3 +56,17 @@ def test_ray_train_gbdt_scripts_run_after_migration(tmp_path, framework):
     assert "rounds: 20" in out.stdout and "'loss'" in out.stdout
     run = tmp_path / "results" / f"{framework}_breast_cancer"
     assert len(list(run.glob("checkpoint_*/.manifest.json"))) == 4  # rounds 5, 10, 15, 20
+
+
+def test_ray_train_lightning_script_runs_after_migration(tmp_path):
+    source = (Path(__file__).parent / "ray_train_scripts" / "lightning_digits.py").read_text()
+    migrated = migrate(source)
+    assert "ray.train" not in migrated and "Ray" not in migrated.split('"""', 2)[2]
+    script = tmp_path / "lightning_digits.py"
+    script.write_text(migrated)
+    env = {**os.environ, "TRAINKIT_STORAGE_PATH": str(tmp_path / "results"), "TRAINKIT_VERBOSE": "0"}
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "epochs: 3" in out.stdout and "'loss'" in out.stdout
+    run = tmp_path / "results" / "lightning_digits"
+    assert len(list(run.glob("checkpoint_*/checkpoint.ckpt"))) == 3

@@ -20,3 +20,14 @@ def test_quiet_prints_nothing(capsys):
     shown.report(0, {"loss": 0.5}, "checkpoint_000000")
     shown.note("something")
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(("verbose", "expected"), [
+    (1, ["(rank 0) warning: x", "(rank 1) own line", "(rank 0) warning: x"]),
+    (2, ["(rank 0) warning: x", "(rank 1) warning: x", "(rank 1) own line", "(rank 0) warning: x"])])
+def test_a_line_every_rank_prints_is_shown_once(capsys, verbose, expected):
+    shown = display_mod.Display(verbose=verbose, run_name="r")
+    shown.worker_output(0, "warning: x")
+    shown.worker_output(1, "warning: x\nown line")
+    shown.worker_output(0, "warning: x")  # the same rank again: its own output, shown
+    assert capsys.readouterr().out.splitlines() == expected

@@ -11,6 +11,7 @@ import contextlib
 import functools
 import importlib
 import importlib.util
+import logging
 import os
 import shutil
 import sys
@@ -24,6 +25,7 @@ from trainkit_lightning import _public
 
 CHECKPOINT_NAME = _public.ReportCallback.CHECKPOINT_NAME
 NAMESPACES = ("lightning.pytorch", "pytorch_lightning")
+FABRIC = {"lightning.pytorch": "lightning.fabric", "pytorch_lightning": "lightning_fabric"}  # their loggers
 
 
 def current_namespace() -> str:
@@ -41,6 +43,9 @@ def classes_for(namespace: str) -> SimpleNamespace:
     if namespace not in NAMESPACES:
         raise ValueError(f"namespace={namespace!r} is invalid: expected one of {NAMESPACES}")
     pl = importlib.import_module(namespace)
+    if os.environ.get("TRAINKIT_VERBOSE") != "2":  # Lightning's start-up notes and tips: shown at verbose=2
+        for package in (namespace, FABRIC[namespace]):
+            logging.getLogger(package).setLevel(logging.WARNING)
     strategies = importlib.import_module(f"{namespace}.strategies")
     environments = importlib.import_module(f"{namespace}.plugins.environments")
     def world() -> Any:

@@ -209,7 +209,8 @@ class Controller:
         group = None
         try:
             group = WorkerGroup.start(self.scaling, num_workers, run_name=self.storage.name,
-                                      attempt=self.state.attempt, storage=self.storage, env=_forwarded_env(),
+                                      attempt=self.state.attempt, storage=self.storage,
+                                      env={**_forwarded_env(), "TRAINKIT_VERBOSE": str(self.display.verbose)},
                                       prewarm_modules=self.backend_config.prewarm_modules)
             self.plugins.hook.trainkit_setup_accelerators(worker_group=group, scaling_config=self.scaling,
                                                           backend_config=self.backend_config)

@@ -1,4 +1,5 @@
-"""What the driver prints: worker output prefixed by rank, a live status line, a final summary.
+"""What the driver prints: worker output prefixed by rank (a line every rank prints, once), a live
+status line, a final summary.
 
 On a terminal the status line redraws in place; otherwise it becomes a plain line per committed
 checkpoint, and at least every ``PLAIN_EVERY_S`` while reports arrive (every report at verbose=2). Verbosity: ``RunConfig.verbose`` or ``$TRAINKIT_VERBOSE``.
@@ -50,6 +51,7 @@ class Display:
         if not self.console.is_terminal:  # plain lines: never wrap at an imagined 80 columns
             self.console = Console(stderr=True, highlight=False, width=10_000)
         self._live: Live | None = None
+        self._first_rank: dict[str, int] = {}  # worker output line -> the rank that printed it first
         self._started = self._last_line = time.monotonic()
         self.fields: dict[str, Any] = {"attempt": 0, "workers": 0, "reports": 0, "metrics": None, "checkpoint": None}
 
@@ -88,7 +90,16 @@ class Display:
             self.console.print(f"trainkit: {message}", markup=False, style="yellow")
 
     def worker_output(self, rank: int, text: str) -> None:
-        prefixed = "\n".join(f"(rank {rank}) {line}" for line in text.split("\n"))
+        """Prints ``text`` prefixed by rank; below verbose=2, a line another rank already printed
+        (the same warning from every worker) is shown once."""
+        lines = text.split("\n")
+        if self.verbose < 2:
+            if len(self._first_rank) > 10_000:
+                self._first_rank.clear()
+            lines = [line for line in lines if self._first_rank.setdefault(line, rank) == rank]
+            if not lines:
+                return
+        prefixed = "\n".join(f"(rank {rank}) {line}" for line in lines)
         if self._live is not None:
             self._live.console.print(prefixed, markup=False, highlight=False)
         else:
