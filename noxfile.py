@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import glob
 import os
+import re
 import shutil
 import subprocess
 import tomllib
@@ -117,7 +118,7 @@ def _matrix_session(package: Path, row: dict) -> None:
                         "sys.exit(f'frameworks importable in core alone: {found}' if found else 0)")
         else:
             _install_core(session, *requirements)
-            session.install("-e", str(package), *requirements)
+            session.install(*_editable(*_in_repo_dependencies(package), package), *requirements)
         _assert_versions(session, pins)
         _pytest(session, str(package.relative_to(ROOT) / "tests") if package != THIRDPARTY else "tests")
 
@@ -131,9 +132,20 @@ def _plugins() -> list[Path]:
     return [p for p in PACKAGES if p != CORE]
 
 
+def _editable(*packages: Path) -> list[str]:
+    return [arg for package in packages for arg in ("-e", str(package))]
+
+
+def _in_repo_dependencies(package: Path) -> list[Path]:
+    """The other plugins ``package`` depends on (e.g. trainkit-lightning on trainkit-torch)."""
+    names = {_pyproject(p)["project"]["name"]: p for p in _plugins()}
+    wanted = {re.split(r"[<>=!~;\[ ]", dep, maxsplit=1)[0] for dep in _pyproject(package)["project"]["dependencies"]}
+    return [names[name] for name in sorted(wanted & set(names))]
+
+
 def _install_all(session: nox.Session) -> None:
     _install_core(session, *PINNED.values())
-    session.install(*(arg for p in _plugins() for arg in ("-e", str(p))), *PINNED.values())
+    session.install(*_editable(*_plugins()), *PINNED.values())
 
 
 @nox.session(python=PYTHON, tags=["ci"])
@@ -201,5 +213,5 @@ def bench(session: nox.Session) -> None:
 def gpu(session: nox.Session) -> None:
     """The tests marked for GPUs (``trainkit.testing.requires(gpus=n)``), on a machine that has them."""
     _install_core(session)
-    session.install(*(arg for p in _plugins() for arg in ("-e", str(p))))  # the frameworks' GPU builds
+    session.install(*_editable(*_plugins()))  # the frameworks' GPU builds
     _pytest(session, "-m", "gpu", *(str(p.relative_to(ROOT) / "tests") for p in _plugins()))

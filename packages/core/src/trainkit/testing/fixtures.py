@@ -108,10 +108,14 @@ def no_leaked_processes() -> Iterator[None]:
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
 
+    def alive(process: Any) -> bool:
+        try:
+            return process.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:  # it exited while we looked
+            return False
+
     def new_processes() -> list:
-        return [p for p in me.children(recursive=True)
-                if p.pid not in before and p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-                and not _ray_owned(p)]
+        return [p for p in me.children(recursive=True) if p.pid not in before and alive(p) and not _ray_owned(p)]
 
     yield
     left = _wait_until_gone(new_processes)
