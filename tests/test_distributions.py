@@ -38,4 +38,7 @@ def test_plugin_layout(package):
     assert sum(bool(row.get("ci")) for row in rows) == 1
 
     tests = "".join(p.read_text() for p in (package / "tests").glob("test_*.py"))
-    assert "BackendConformance" in tests and "CheckpointConformance" in tests
+    assert "BackendConformance" in tests
+    source = "".join(p.read_text() for p in (package / "src").rglob("*.py"))
+    if "(CheckpointIO)" in source:  # a framework checkpoint helper (Lightning writes its own: none)
+        assert "CheckpointConformance" in tests
