@@ -1,0 +1,46 @@
+"""``JaxBackend``: ``jax.distributed.initialize`` on every worker before the training function, and
+``jax.distributed.shutdown`` after it, so a restarted attempt initializes again."""
+
+from __future__ import annotations
+
+import inspect
+
+import trainkit
+from trainkit import Backend
+
+from trainkit_jax.config import JaxConfig
+
+
+def _initialize(coordinator: str, platform: str, timeout_s: float) -> None:
+    import jax
+
+    jax.config.update("jax_platforms", platform)
+    if platform == "cpu":
+        try:  # cross-process collectives on CPUs (the default from JAX 0.5 on; absent before 0.4.27)
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        except AttributeError:
+            pass
+    context = trainkit.get_context()
+    kwargs = {"coordinator_address": coordinator, "num_processes": context.get_world_size(),
+              "process_id": context.get_world_rank()}
+    if "initialization_timeout" in inspect.signature(jax.distributed.initialize).parameters:
+        kwargs["initialization_timeout"] = int(timeout_s)
+    jax.distributed.initialize(**kwargs)
+
+
+def _shutdown() -> None:
+    import jax
+
+    jax.distributed.shutdown()
+
+
+class JaxBackend(Backend):
+    def on_start(self, worker_group, backend_config: JaxConfig) -> None:
+        host, port = worker_group.free_address(0)  # rank 0 hosts the coordinator
+        # Ray makes each worker's reserved GPUs its only visible ones: JAX takes them all.
+        has_gpus = any(w.accelerator_ids.get("GPU") for w in worker_group.workers)
+        platform = backend_config.platform or ("gpu" if has_gpus else "cpu")
+        worker_group.execute(_initialize, f"{host}:{port}", platform, backend_config.timeout_s)
+
+    def on_shutdown(self, worker_group, backend_config: JaxConfig) -> None:
+        worker_group.execute(_shutdown)

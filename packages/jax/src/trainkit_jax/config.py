@@ -1,0 +1,43 @@
+"""``JaxConfig``: how workers join ``jax.distributed``. Importing this module does not import JAX."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from trainkit import BackendConfig
+
+PLATFORMS = (None, "cpu", "gpu", "tpu")
+
+
+@dataclass
+class JaxConfig(BackendConfig):
+    """How workers join one ``jax.distributed`` run.
+
+    Attributes:
+        platform: "cpu", "gpu" or "tpu"; None picks "gpu" when the workers reserved GPUs, else "cpu".
+            On CPUs, cross-process collectives go over gloo.
+        timeout_s: how long ``jax.distributed.initialize`` waits for every process to join.
+    """
+
+    # Importing JAX does not start its backends, so it is safe before jax.distributed.initialize.
+    prewarm_modules: ClassVar[tuple[str, ...]] = ("jax",)
+
+    platform: str | None = None
+    timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.platform not in PLATFORMS:
+            raise ValueError(f"platform={self.platform!r} is invalid: expected one of {PLATFORMS}")
+        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or self.timeout_s <= 0:
+            raise ValueError(f"timeout_s={self.timeout_s!r} is invalid: expected a number > 0")
+
+    @property
+    def backend_cls(self):
+        from trainkit_jax.backend import JaxBackend
+
+        return JaxBackend
+
+    @property
+    def name(self) -> str:
+        return "jax"
