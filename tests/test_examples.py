@@ -1,4 +1,4 @@
-"""The GBDT and Lightning examples, end to end on 2 CPU workers."""
+"""The GBDT, Lightning and JAX examples, end to end on 2 CPU workers."""
 
 import os
 import re
@@ -35,3 +35,14 @@ def test_lightning_example_trains_to_good_accuracy(tmp_path):
     assert accuracy > 0.9 and "restored model with lr=0.01" in out.stdout
     (run,) = tmp_path.iterdir()
     assert len(list(run.glob("checkpoint_*/checkpoint.ckpt"))) == 2  # CheckpointConfig(num_to_keep=2)
+
+
+def test_jax_example_trains_across_2_processes(tmp_path):
+    env = {**os.environ, "TRAINKIT_STORAGE_PATH": str(tmp_path)}
+    out = subprocess.run([sys.executable, str(EXAMPLES / "jax_digits.py")], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "processes: 2, devices: 2" in out.stdout  # one device mesh over both processes
+    accuracy = float(re.search(r"held-out test accuracy: ([0-9.]+)", out.stdout).group(1))
+    print(f"jax_digits held-out accuracy: {accuracy:.3f}")
+    assert accuracy > 0.9
