@@ -48,6 +48,7 @@ def classes_for(namespace: str) -> SimpleNamespace:
             logging.getLogger(package).setLevel(logging.WARNING)
     strategies = importlib.import_module(f"{namespace}.strategies")
     environments = importlib.import_module(f"{namespace}.plugins.environments")
+
     def world() -> Any:
         return trainkit.get_context()
 
