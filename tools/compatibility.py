@@ -32,7 +32,13 @@ NOTES = """
 - torch 2.3.1 and 2.14.1 are PyPI's CUDA builds, tested on the CPU; 2.13.0 is the CPU build.
 - XGBoost 3.3 and later need Python 3.12, so the latest release runs there. 2.0.3 and 2.1.4 sit
   on both sides of XGBoost's tracker change (ray#46476).
-- GPU rows (`nox -s gpu`: NCCL, FSDP) have not run: no GPU machine has been available yet.
+- Lightning rows install `lightning` and `pytorch-lightning` at the same version and test both
+  import names. 2.2.5 fails before any trainkit code runs: its `lightning.fabric` imports
+  `pkg_resources`, which current setuptools no longer ships; 2.4.0 is the oldest that works.
+- JAX and jaxlib 0.11 and later need Python 3.12; 0.10.2 is the latest on 3.11.
+- `core` rows include the tracking tests (a real MLflow server, TensorBoard's reader).
+- GPU rows (`nox -s gpu`: NCCL, FSDP, Lightning's FSDP and DeepSpeed) have not run: no GPU machine
+  has been available yet.
 """
 
 
