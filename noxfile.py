@@ -198,8 +198,9 @@ def packaging(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def quickstart(session: nox.Session) -> None:
-    """The main job: train the quickstart CNN on 2 CPU workers."""
-    _install_all(session)
+    """The main job: train the quickstart CNN on 2 CPU workers (core and trainkit-torch only)."""
+    _install_core(session, PINNED["torch"])
+    session.install(*_editable(ROOT / "packages" / "torch"), PINNED["torch"])
     session.run("python", "examples/torch_quickstart.py")
 
 
