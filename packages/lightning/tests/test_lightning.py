@@ -92,8 +92,12 @@ def test_ddp_trains_on_2_workers_and_reports_each_epoch(ray_cluster, run_config,
 def test_resume_after_sigkill_continues_from_the_next_epoch(ray_cluster, run_config):
     result = fit(run_config, namespace="lightning.pytorch", epochs=4, kill_at_epoch=2)
     lines = logged(result)
-    assert [(line["attempt"], line["metrics"]["epoch"]) for line in lines] == [(0, 0), (0, 1), (1, 2), (1, 3)]
-    assert [line["metrics"]["step"] for line in lines] == [4, 8, 12, 16]  # optimizer and loop state restored
+    # Rank 1 dies just after reporting epoch 1: whether that report reached the driver before the kill
+    # decides whether epoch 1 committed. Either way the restart continues right after the last commit.
+    assert [line["metrics"]["epoch"] for line in lines] == [0, 1, 2, 3]
+    restarted_at = next(line["metrics"]["epoch"] for line in lines if line["attempt"] == 1)
+    assert restarted_at in (1, 2) and all(line["attempt"] == 0 for line in lines[:restarted_at])
+    assert [line["metrics"]["step"] for line in lines] == [4, 8, 12, 16]  # loop and optimizer state restored
 
 
 def test_prepare_trainer_says_what_to_change(ray_cluster, run_config):
