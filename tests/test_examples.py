@@ -11,14 +11,19 @@ import pytest
 EXAMPLES = Path(__file__).parents[1] / "examples"
 
 
+def run_example(name, storage):
+    """Run ``examples/<name>.py`` with its runs under ``storage``; its stdout."""
+    out = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py")], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "TRAINKIT_STORAGE_PATH": str(storage)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
 @pytest.mark.parametrize("name", ["xgboost_breast_cancer", "lightgbm_breast_cancer"])
 def test_gbdt_example_trains_and_scores(tmp_path, name):
-    env = {**os.environ, "TRAINKIT_STORAGE_PATH": str(tmp_path)}
-    out = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py")], env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "rounds: 40" in out.stdout
-    accuracy = float(re.search(r"held-out test accuracy: ([0-9.]+)", out.stdout).group(1))
+    stdout = run_example(name, tmp_path)
+    assert "rounds: 40" in stdout
+    accuracy = float(re.search(r"held-out test accuracy: ([0-9.]+)", stdout).group(1))
     print(f"{name} held-out accuracy: {accuracy:.3f}")
     assert accuracy > 0.9  # a single process scores 0.92 (LightGBM) and 0.94 (XGBoost) on this split
     (run,) = tmp_path.iterdir()
@@ -26,23 +31,17 @@ def test_gbdt_example_trains_and_scores(tmp_path, name):
 
 
 def test_lightning_example_trains_to_good_accuracy(tmp_path):
-    env = {**os.environ, "TRAINKIT_STORAGE_PATH": str(tmp_path)}
-    out = subprocess.run([sys.executable, str(EXAMPLES / "lightning_digits.py")], env=env, capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    accuracy = float(re.search(r"validation accuracy: ([0-9.]+)", out.stdout).group(1))
+    stdout = run_example("lightning_digits", tmp_path)
+    accuracy = float(re.search(r"validation accuracy: ([0-9.]+)", stdout).group(1))
     print(f"lightning_digits validation accuracy: {accuracy:.3f}")
-    assert accuracy > 0.9 and "restored model with lr=0.01" in out.stdout
+    assert accuracy > 0.9 and "restored model with lr=0.01" in stdout
     (run,) = tmp_path.iterdir()
     assert len(list(run.glob("checkpoint_*/checkpoint.ckpt"))) == 2  # CheckpointConfig(num_to_keep=2)
 
 
 def test_jax_example_trains_across_2_processes(tmp_path):
-    env = {**os.environ, "TRAINKIT_STORAGE_PATH": str(tmp_path)}
-    out = subprocess.run([sys.executable, str(EXAMPLES / "jax_digits.py")], env=env, capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "processes: 2, devices: 2" in out.stdout  # one device mesh over both processes
-    accuracy = float(re.search(r"held-out test accuracy: ([0-9.]+)", out.stdout).group(1))
+    stdout = run_example("jax_digits", tmp_path)
+    assert "processes: 2, devices: 2" in stdout  # one device mesh over both processes
+    accuracy = float(re.search(r"held-out test accuracy: ([0-9.]+)", stdout).group(1))
     print(f"jax_digits held-out accuracy: {accuracy:.3f}")
     assert accuracy > 0.9

@@ -8,8 +8,6 @@ from typing import Any
 
 
 class _BuiltOnUse:
-    _public = True
-
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         if "_public" in cls.__dict__:  # called by its public name: take the namespace's class
             from trainkit_lightning._build import classes_for, current_namespace

@@ -166,10 +166,8 @@ class Controller:
         result = state.to_result(storage.fs, storage.run_path, self.run_config.checkpoint_config,
                                  error=outcome.error, return_value=outcome.return_value)
         self._callbacks("on_run_end", self._run_context(), result)
-        scoring = self.run_config.checkpoint_config
         self.display.summary(result, attempts=failures + (outcome.error is None),
-                             score_by=scoring.checkpoint_score_attribute and (
-                                 scoring.checkpoint_score_attribute, scoring.checkpoint_score_order))
+                             checkpoint_config=self.run_config.checkpoint_config)
         return result
 
     def _last_logged_index(self) -> int:

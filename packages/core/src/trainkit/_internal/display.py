@@ -2,7 +2,8 @@
 status line, a final summary.
 
 On a terminal the status line redraws in place; otherwise it becomes a plain line per committed
-checkpoint, and at least every ``PLAIN_EVERY_S`` while reports arrive (every report at verbose=2). Verbosity: ``RunConfig.verbose`` or ``$TRAINKIT_VERBOSE``.
+checkpoint, and at least every ``PLAIN_EVERY_S`` while reports arrive (every report at verbose=2).
+Verbosity: ``RunConfig.verbose`` or ``$TRAINKIT_VERBOSE``.
 """
 
 from __future__ import annotations
@@ -30,17 +31,9 @@ def resolve_verbosity(verbose: int | None) -> int:
 
 
 def format_metrics(metrics: dict[str, Any] | None, limit: int = 6) -> str:
-    if not metrics:
-        return ""
-    parts = []
-    for key, value in metrics.items():
-        if isinstance(value, float):
-            parts.append(f"{key}={value:.4g}")
-        elif isinstance(value, (int, str, bool)):
-            parts.append(f"{key}={value}")
-        if len(parts) == limit:
-            break
-    return " ".join(parts)
+    shown = [f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
+             for key, value in (metrics or {}).items() if isinstance(value, (float, int, str, bool))]
+    return " ".join(shown[:limit])
 
 
 class Display:
@@ -111,8 +104,8 @@ class Display:
             self._live.stop()
             self._live = None
 
-    def summary(self, result: Any, attempts: int, score_by: tuple[str, str] | None = None) -> None:
-        """The final table; ``score_by`` = (metric, "max" | "min") adds the best checkpoint."""
+    def summary(self, result: Any, attempts: int, checkpoint_config: Any) -> None:
+        """The final table; with a ``checkpoint_score_attribute``, also the best checkpoint."""
         if self.verbose < 1:
             return
         table = Table(show_header=False, box=None, pad_edge=False, title_justify="left",
@@ -124,9 +117,10 @@ class Display:
             table.add_row("metrics", format_metrics(result.metrics, limit=10))
         if result.checkpoint:
             table.add_row("checkpoint", result.checkpoint.path)
-        if score_by and (best := result.get_best_checkpoint(*score_by)) is not None:
-            score = next(m[score_by[0]] for c, m in result.best_checkpoints if c == best)
-            table.add_row("best", f"{best.path}  ({score_by[0]}={format_metrics({'': score})[1:]})")
+        metric = checkpoint_config.checkpoint_score_attribute
+        if metric and (best := result.get_best_checkpoint(metric, checkpoint_config.checkpoint_score_order)):
+            scores = {metric: next(m[metric] for c, m in result.best_checkpoints if c == best)}
+            table.add_row("best", f"{best.path}  ({format_metrics(scores)})")
         if result.error is not None:
             table.add_row("error", f"{type(result.error).__name__}: {str(result.error).splitlines()[0]}")
         table.add_row("time", f"{time.monotonic() - self._started:.1f} s")

@@ -6,27 +6,26 @@ import numbers
 from typing import Any, Mapping
 
 
-def scalar_metrics(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
-    scalars: dict[str, float] = {}
-    for key, value in metrics.items():
-        name = f"{prefix}{key}"
+def flatten(tree: Mapping[str, Any], separator: str, prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as one level, their keys joined by ``separator``."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
         if isinstance(value, Mapping):
-            scalars.update(scalar_metrics(value, prefix=f"{name}/"))
-        elif isinstance(value, numbers.Real) and not isinstance(value, bool):
-            scalars[name] = float(value)
-    return scalars
-
-
-def flat_params(config: Mapping[str, Any] | None, prefix: str = "") -> dict[str, str]:
-    """A ``train_loop_config`` as flat ``outer.inner`` -> text pairs (tracker parameters)."""
-    params: dict[str, str] = {}
-    for key, value in (config or {}).items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            params.update(flat_params(value, prefix=f"{name}."))
+            flat.update(flatten(value, separator, prefix=f"{prefix}{key}{separator}"))
         else:
-            params[name] = str(value)
-    return params
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def scalar_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The numbers of a report, nested names as ``outer/inner``."""
+    return {name: float(value) for name, value in flatten(metrics, "/").items()
+            if isinstance(value, numbers.Real) and not isinstance(value, bool)}
+
+
+def flat_params(config: Mapping[str, Any] | None) -> dict[str, str]:
+    """A ``train_loop_config`` as ``outer.inner`` -> text (tracker parameters)."""
+    return {name: str(value) for name, value in flatten(config or {}, ".").items()}
 
 
 def require(module: str, extra: str, callback: str) -> Any:
