@@ -63,3 +63,51 @@ def save(name: str, payload: dict) -> Path:
     path = RESULTS / f"{time.strftime('%Y-%m-%d')}-{name}.json"
     path.write_text(json.dumps({"versions": versions(), **payload}, indent=1))
     return path
+
+
+def _status_kib(pid: int, field: str) -> int:
+    with open(f"/proc/{pid}/{'status' if field == 'VmHWM' else 'smaps_rollup'}") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def peak_memory(cmd: list[str], role, env: dict[str, str] | None = None, timeout: float = 600) -> dict:
+    """Run ``cmd``, sampling its process tree every 50 ms (Linux): the peak RSS (VmHWM) of each
+    process, in MiB, grouped by ``role(cmdline, is_root)`` ("driver", "worker" or "other"), and the
+    tree's peak total PSS (shared pages, e.g. torch's libraries, counted once)."""
+    import psutil
+
+    import tempfile
+
+    errors = tempfile.TemporaryFile()
+    proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=errors)
+    root, deadline = psutil.Process(proc.pid), time.monotonic() + timeout
+    peaks: dict[int, tuple[str, int]] = {}
+    total_pss = 0
+    while proc.poll() is None and time.monotonic() < deadline:
+        pss = 0
+        try:
+            tree = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            break
+        for p in tree:
+            try:
+                kind, hwm = peaks.get(p.pid, ("other", 0))
+                cmdline = " ".join(p.cmdline())  # the latest: Ray workers rename themselves
+                kind = role(cmdline, p.pid == root.pid) if cmdline else kind
+                peaks[p.pid] = (kind, max(hwm, _status_kib(p.pid, "VmHWM")))  # a zombie reads 0 and no cmdline
+                pss += _status_kib(p.pid, "Pss")
+            except (psutil.Error, OSError):
+                continue
+        total_pss = max(total_pss, pss)
+        time.sleep(0.05)
+    if proc.wait(timeout=max(1.0, deadline - time.monotonic())) != 0:
+        errors.seek(0)
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{errors.read()[-4000:].decode()}")
+    by_role: dict[str, list[float]] = {}
+    for kind, kib in peaks.values():
+        by_role.setdefault(kind, []).append(round(kib / 1024, 1))
+    return {"peak_rss_mib": {kind: sorted(v, reverse=True) for kind, v in by_role.items()},
+            "peak_total_pss_mib": round(total_pss / 1024, 1)}

@@ -2,36 +2,77 @@
 
     python bench/p1_cold_start.py [--rounds 3] [--no-raytrain]
 
-Target (TARGETS.md): trainkit <= 1.3x torchrun and <= 0.3x Ray Train.
+Target (TARGETS.md): trainkit <= 1.3x torchrun and <= 0.3x Ray Train. Also prints where trainkit's
+time goes (the start path, from the run's own start profile) and each side's peak memory.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shutil
+import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import rounds, save, summarize, timed  # noqa: E402
+from _common import peak_memory, rounds, save, summarize, timed  # noqa: E402
 
 JOB = str(Path(__file__).parent / "_p1_job.py")
+ENV = {"OMP_NUM_THREADS": "1", "RAY_TRAIN_V2_ENABLED": "1"}
+PHASES = ("ray_start", "placement", "actors", "setup", "backend", "launch", "first_report")
 
 
-def variant(mode: str):
+def command(mode: str, out: str) -> list[str]:
+    if mode == "torchrun":
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", JOB, mode, out]
+    return [sys.executable, JOB, mode, out]
+
+
+def breakdown(launched: float, ended: float, profile: dict) -> dict[str, float]:
+    """Seconds per phase of one trainkit run, in order; they add up to its wall time."""
+    fit = profile["start_profile"]
+    phases = {"interpreter + driver imports": profile["imported"] - launched,
+              **{phase: fit.get(phase, 0.0) for phase in PHASES}}
+    phases["rest of training + teardown"] = profile["fitted"] - profile["imported"] - sum(fit.get(p, 0.0) for p in PHASES)
+    phases["process exit"] = ended - profile["fitted"]
+    phases["(framework import on the workers, overlapped)"] = fit.get("framework_import", 0.0)
+    return phases
+
+
+def variant(mode: str, profiles: list[dict]):
     def run() -> float:
         out = tempfile.mkdtemp(prefix=f"p1-{mode}-")
         try:
-            if mode == "torchrun":
-                cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", JOB, mode, out]
-            else:
-                cmd = [sys.executable, JOB, mode, out]
-            return timed(cmd, env={"OMP_NUM_THREADS": "1", "RAY_TRAIN_V2_ENABLED": "1"})
+            launched = time.time()
+            elapsed = timed(command(mode, out), env=ENV)
+            if mode == "trainkit":
+                profiles.append(breakdown(launched, launched + elapsed, json.load(open(os.path.join(out, "profile.json")))))
+            return elapsed
         finally:
             shutil.rmtree(out, ignore_errors=True)
 
     return run
+
+
+def role(cmdline: str, is_root: bool) -> str:
+    """Which process is what: the launcher/driver, a training worker, or Ray's own machinery."""
+    if is_root:
+        return "driver"
+    if "_p1_job.py" in cmdline or cmdline.startswith(("ray::Worker", "ray::RayTrainWorker")):
+        return "worker"
+    return "other"
+
+
+def memory(mode: str) -> dict:
+    out = tempfile.mkdtemp(prefix=f"p1-mem-{mode}-")
+    try:
+        return peak_memory(command(mode, out), role, env=ENV)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def main() -> None:
@@ -40,7 +81,8 @@ def main() -> None:
     parser.add_argument("--no-raytrain", action="store_true")
     args = parser.parse_args()
     modes = ["torchrun", "trainkit"] + ([] if args.no_raytrain else ["raytrain"])
-    samples = rounds({m: variant(m) for m in modes}, args.rounds)
+    profiles: list[dict] = []
+    samples = rounds({m: variant(m, profiles) for m in modes}, args.rounds)
     stats = {m: summarize(s) for m, s in samples.items()}
     tk, tr = stats["trainkit"]["median"], stats["torchrun"]["median"]
     for m, s in stats.items():
@@ -50,7 +92,17 @@ def main() -> None:
     if "raytrain" in stats:
         ratios["trainkit/raytrain"] = tk / stats["raytrain"]["median"]
         print(f"P1 trainkit/raytrain = {ratios['trainkit/raytrain']:.2f} (target <= 0.3)")
-    print(f"results: {save('p1', {'stats': stats, 'ratios': ratios, 'samples': samples})}")
+    start_path = {phase: statistics.median(p[phase] for p in profiles) for phase in profiles[0]}
+    print("P1 trainkit start path (median seconds per phase):")
+    for phase, seconds in start_path.items():
+        print(f"  {phase:48s} {seconds:6.2f}")
+    mem = {m: memory(m) for m in modes}
+    for m, found in mem.items():
+        rss = found["peak_rss_mib"]
+        print(f"P1 memory {m:9s} driver {rss['driver'][0]:.0f} MiB, workers {rss.get('worker', [])} MiB, "
+              f"other processes {sum(rss.get('other', [])):.0f} MiB in {len(rss.get('other', []))}, "
+              f"whole tree peak PSS {found['peak_total_pss_mib']:.0f} MiB")
+    print(f"results: {save('p1', {'stats': stats, 'ratios': ratios, 'samples': samples, 'start_path': start_path, 'memory': mem})}")
 
 
 if __name__ == "__main__":

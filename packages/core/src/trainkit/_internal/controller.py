@@ -16,7 +16,7 @@ from trainkit._internal import faults
 from trainkit._internal.lock import RunLock
 from trainkit._internal.retry import StorageError
 from trainkit._internal.plugins import get_plugins
-from trainkit._internal.run_state import CheckpointRecord, RunState
+from trainkit._internal.run_state import CheckpointRecord, RunState, start_profile
 from trainkit._internal.session import Session, TrainContext, set_session
 from trainkit._internal.storage import FileEntry, RunStorage
 from trainkit._internal.worker import call_train_fn, failure_event
@@ -75,6 +75,10 @@ class Controller:
         self._acks: dict[int, list] = {}
         self._world_size = 0
         self._local_session: Session | None = None
+        self._ray_start_s: float | None = None  # this fit's, shown in its first attempt's profile
+        self._first_attempt = 0
+        self._start_marks: dict[str, float] = {}  # the attempt's, until its first report
+        self._import_s: list[float] = []
 
     # -- run -------------------------------------------------------------------------------------
     def run(self) -> Result:
@@ -84,10 +88,13 @@ class Controller:
         lock.acquire()
         try:
             self._prepare_state()
+            self._first_attempt = self.state.attempt
             if not self.scaling.local_mode:
                 from trainkit._internal.ray_runtime import ensure_ray
 
+                begin = time.monotonic()
                 ensure_ray()
+                self._ray_start_s = time.monotonic() - begin
             return self._run_attempts()
         finally:
             lock.release()
@@ -205,6 +212,8 @@ class Controller:
         backend = self.backend_config.backend_cls()
         outcome = _Attempt()
         group = None
+        marks = {"begin": time.monotonic()}
+        self._start_marks, self._import_s = {}, []
         try:
             group = WorkerGroup.start(self.scaling, num_workers, run_name=self.storage.name,
                                       attempt=self.state.attempt, storage=self.storage,
@@ -214,11 +223,16 @@ class Controller:
                                                           backend_config=self.backend_config)
             backend.on_start(group, self.backend_config)
             backend.on_training_start(group, self.backend_config)
+            marks.update(group.marks, backend=time.monotonic())
             import ray
 
-            ray.get([w.actor.start.remote(self.train_fn, self.train_loop_config, self.backend_config, self.storage,
-                                          self.state.next_report_index, self._latest_checkpoint(), self.datasets)
-                     for w in group.workers])
+            import_s = ray.get([w.actor.start.remote(self.train_fn, self.train_loop_config, self.backend_config,
+                                                     self.storage, self.state.next_report_index,
+                                                     self._latest_checkpoint(), self.datasets)
+                                for w in group.workers])
+            marks["launch"] = time.monotonic()
+            self._start_marks, self._import_s = marks, [s for s in import_s if s is not None]
+            self._record_start_profile()
             self.display.update(workers=num_workers)
             outcome = self._watch(group)
             if outcome.error is None:
@@ -349,7 +363,14 @@ class Controller:
         return outcome
 
     # -- consolidation ---------------------------------------------------------------------------
+    def _record_start_profile(self) -> None:
+        ray_start_s = self._ray_start_s if self.state.attempt == self._first_attempt else None
+        self.state.start_profile = start_profile(self._start_marks, self._import_s, ray_start_s)
+
     def _on_report(self, report: Report) -> None:
+        if self._start_marks and "first_report" not in self._start_marks:
+            self._start_marks["first_report"] = time.monotonic()
+            self._record_start_profile()
         self._pending.setdefault(report.index, {})[report.rank] = report
         while self._pending:  # consolidate complete reports strictly in index order
             index = min(self._pending)

@@ -26,6 +26,7 @@ def ensure_ray(**init_kwargs: object) -> None:
     if ray.is_initialized():
         return
     quiet = {"logging_level": logging.ERROR, "log_to_driver": False, "namespace": "trainkit"}
+    _hide_worker_pool_warning()
     if os.environ.get("RAY_ADDRESS"):
         ray.init(**quiet)
         return
@@ -49,6 +50,25 @@ def ensure_ray(**init_kwargs: object) -> None:
     node = getattr(ray._private.worker, "_global_node", None)
     processes = getattr(node, "all_processes", None) or {}
     watchdog.start([info.process.pid for infos in processes.values() for info in infos])
+
+
+def _hide_worker_pool_warning() -> None:
+    """The raylet warns on the driver's console when it starts more Python workers than 4x the
+    machine's cores (16 workers with fractional CPUs on 2 cores): for a trainer that asked for
+    exactly that, the warning is noise. Every other raylet message still prints."""
+    import ray._private.worker as ray_worker
+
+    shown = ray_worker.print_to_stdstream
+    if getattr(shown, "trainkit_filtered", False):
+        return
+
+    def print_to_stdstream(data, ignore_prefix):
+        lines = [line for line in data.get("lines", []) if "worker processes have been started" not in line]
+        if lines:
+            shown({**data, "lines": lines}, ignore_prefix)
+
+    print_to_stdstream.trainkit_filtered = True
+    ray_worker.print_to_stdstream = print_to_stdstream
 
 
 def _lean_node_init(full_init):

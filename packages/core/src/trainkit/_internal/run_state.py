@@ -21,6 +21,24 @@ logger = logging.getLogger("trainkit")
 FORMAT = 1
 
 
+START_PHASES = ("ray_start", "placement", "actors", "setup", "backend", "launch", "first_report", "framework_import")
+
+
+def start_profile(marks: dict[str, float], import_s: list[float], ray_start_s: float | None) -> dict[str, float]:
+    """Seconds spent in each phase of an attempt's start: ``ray_start`` (connecting to or starting
+    Ray; the first attempt of a ``fit()`` only), then one phase per ``time.monotonic()`` mark, taken
+    in order as each ends (the first mark is the attempt's begin): placement, actors (their
+    processes up), setup, backend (e.g. the process group), launch (the training function
+    started), first_report. ``framework_import`` (the slowest worker's prewarm import) overlaps the
+    phases from actors to backend."""
+    names, times = list(marks), list(marks.values())
+    profile = {} if ray_start_s is None else {"ray_start": round(ray_start_s, 4)}
+    profile.update((names[i], round(times[i] - times[i - 1], 4)) for i in range(1, len(names)))
+    if import_s:
+        profile["framework_import"] = round(max(import_s), 4)
+    return profile
+
+
 @dataclass
 class CheckpointRecord:
     name: str
@@ -41,6 +59,7 @@ class RunState:
     latest_checkpoint: str | None = None
     last_metrics: dict[str, Any] | None = None
     failures: list[dict[str, Any]] = field(default_factory=list)
+    start_profile: dict[str, float] = field(default_factory=dict)  # the latest attempt's: start_profile()
     created: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
     error: str | None = None

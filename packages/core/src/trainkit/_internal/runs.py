@@ -7,7 +7,7 @@ import posixpath
 from typing import Any
 
 from trainkit._internal import storage as storage_mod
-from trainkit._internal.run_state import RunState
+from trainkit._internal.run_state import START_PHASES, RunState
 
 
 def locate_run(run: str) -> str:
@@ -54,6 +54,7 @@ def describe_run(run_path: str, metric: str | None = None, mode: str = "max") ->
             "num_workers": state.num_workers, "attempts": state.attempt + 1, "reports": state.next_report_index,
             "created": state.created, "updated": state.updated, "error": state.error,
             "failures": state.failures, "last_metrics": state.last_metrics or {}, "checkpoints": checkpoints,
+            "start_profile": {phase: state.start_profile[phase] for phase in START_PHASES if phase in state.start_profile},
             "best_checkpoint": best and {**best, "by": metric or "latest"}}
 
 

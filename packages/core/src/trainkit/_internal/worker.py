@@ -14,6 +14,7 @@ import pickle
 import queue
 import sys
 import threading
+import time
 import traceback
 from typing import Any, Callable
 
@@ -76,23 +77,28 @@ def failure_event(rank: int, exc: BaseException) -> Failed:
     return Failed(rank, type(exc).__qualname__, str(exc), tb, original)
 
 
-def _import_all(modules: tuple[str, ...]) -> None:
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - the real import later reports any problem
-            return
 
 
 class Worker:
     """One rank. Ray runs it as a threaded actor so ``poll`` answers while training runs."""
 
     def __init__(self, prewarm_modules: tuple[str, ...] = ()) -> None:
+        self._import_s: float | None = None  # how long the prewarm imports took, once done
         if prewarm_modules:  # overlap the framework's import with the group's setup round trips
-            threading.Thread(target=_import_all, args=(prewarm_modules,), daemon=True).start()
+            threading.Thread(target=self._import_all, args=(prewarm_modules,), daemon=True).start()
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._session: Session | None = None
         self._context: TrainContext | None = None
+        self._hooks = False
+
+    def _import_all(self, modules: tuple[str, ...]) -> None:
+        start = time.monotonic()
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - the real import later reports any problem
+                return
+        self._import_s = time.monotonic() - start
 
     def node_info(self) -> dict[str, Any]:
         import ray
@@ -105,21 +111,25 @@ class Worker:
             "accelerator_ids": runtime.get_accelerator_ids(),
         }
 
-    def setup(self, context: TrainContext, env: dict[str, str]) -> None:
+    def setup(self, context: TrainContext, env: dict[str, str], hooks: bool) -> None:
+        """``hooks``: some plugin implements a worker hook (else loading plugins here is skipped)."""
         os.environ.update(env)
-        self._context = context
+        self._context, self._hooks = context, hooks
         set_worker_context(context)
         sys.stdout = _RankOutput(sys.__stdout__, context.world_rank, self._events.put)
         sys.stderr = _RankOutput(sys.__stderr__, context.world_rank, self._events.put)
-        from trainkit._internal.plugins import get_plugins
+        if hooks:
+            from trainkit._internal.plugins import get_plugins
 
-        get_plugins().hook.trainkit_worker_start(context=context)
+            get_plugins().hook.trainkit_worker_start(context=context)
 
     def execute(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
 
     def start(self, fn: Callable, config: dict | None, backend_config: BackendConfig, storage: RunStorage,
-              next_index: int, checkpoint: Checkpoint | None, datasets: dict[str, Any] | None) -> None:
+              next_index: int, checkpoint: Checkpoint | None, datasets: dict[str, Any] | None) -> float | None:
+        """Start the training thread; returns how long the framework's prewarm import took (None
+        while it still runs)."""
         assert self._context is not None, "setup() must run first"
         rank = self._context.world_rank
         self._session = Session(self._context, storage, self._events.put, next_index=next_index,
@@ -139,6 +149,7 @@ class Worker:
             self._events.put(event)
 
         threading.Thread(target=run, name=f"trainkit-train-rank{rank}", daemon=True).start()
+        return self._import_s
 
     def poll(self, timeout: float, committed: list[tuple[int, Checkpoint, dict]]) -> list[Any]:
         """Wait up to ``timeout`` s for events and return all that are ready."""
@@ -158,7 +169,7 @@ class Worker:
     def stop(self) -> None:
         from trainkit._internal.plugins import get_plugins
 
-        if self._context is not None:
+        if self._context is not None and self._hooks:
             get_plugins().hook.trainkit_worker_stop(context=self._context)
         set_session(None)
         set_worker_context(None)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from trainkit._internal import net
+from trainkit._internal.plugins import get_plugins
 from trainkit._internal.session import TrainContext
 from trainkit._internal.worker import Worker
 from trainkit.config import ScalingConfig
@@ -44,9 +46,10 @@ def _actor_options(resources: dict[str, float]) -> dict[str, Any]:
 class WorkerGroup:
     """Workers of one attempt. ``execute`` runs a function on every rank, in parallel."""
 
-    def __init__(self, workers: list[WorkerInfo], placement_group: Any):
+    def __init__(self, workers: list[WorkerInfo], placement_group: Any, marks: dict[str, float]):
         self.workers = workers
         self._placement_group = placement_group
+        self.marks = marks  # when placement, actor start and setup ended (time.monotonic())
 
     @classmethod
     def start(cls, scaling: ScalingConfig, num_workers: int, *, run_name: str, attempt: int,
@@ -61,8 +64,10 @@ class WorkerGroup:
         if scaling.label_selector:
             bundle_kwargs["bundle_label_selector"] = [dict(scaling.label_selector)] * num_workers
         pg = placement_group([resources] * num_workers, strategy=scaling.placement_strategy, **bundle_kwargs)
+        marks: dict[str, float] = {}
         try:
             ray.get(pg.ready(), timeout=PLACEMENT_TIMEOUT_S)
+            marks["placement"] = time.monotonic()
         except ray.exceptions.GetTimeoutError:
             remove_placement_group(pg)
             raise PlacementError(
@@ -70,6 +75,8 @@ class WorkerGroup:
                 f"({scaling.placement_strategy}) within {PLACEMENT_TIMEOUT_S:.0f} s; the cluster has "
                 f"{ray.available_resources()} available. Lower num_workers or resources_per_worker."
             ) from None
+        hooks = get_plugins().hook
+        worker_hooks = bool(hooks.trainkit_worker_start.get_hookimpls() or hooks.trainkit_worker_stop.get_hookimpls())
         remote_worker, options = ray.remote(Worker), _actor_options(resources)
         actors = [
             remote_worker.options(**options, scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i))
@@ -78,8 +85,9 @@ class WorkerGroup:
         ]
         try:
             infos = ray.get([a.node_info.remote() for a in actors])
+            marks["actors"] = time.monotonic()
             workers = _assign_ranks(actors, infos, driver_node=ray.get_runtime_context().get_node_id())
-            group = cls(workers, pg)
+            group = cls(workers, pg, marks)
             node_sizes = {w.node_rank: 0 for w in workers}
             for w in workers:
                 node_sizes[w.node_rank] += 1
@@ -88,10 +96,11 @@ class WorkerGroup:
                     TrainContext(world_rank=w.world_rank, world_size=num_workers, local_rank=w.local_rank,
                                  local_world_size=node_sizes[w.node_rank], node_rank=w.node_rank,
                                  experiment_name=run_name, attempt=attempt, storage=storage),
-                    {**(env or {}), "TRAINKIT_RANK": str(w.world_rank)},
+                    {**(env or {}), "TRAINKIT_RANK": str(w.world_rank)}, worker_hooks,
                 )
                 for w in workers
             ])
+            marks["setup"] = time.monotonic()
         except BaseException:
             for a in actors:
                 ray.kill(a, no_restart=True)
