@@ -39,9 +39,9 @@ TRACKING_TEST_DEPS = ["mlflow>=2.10", "tensorboardX>=2.6", "tensorboard>=2.12"]
 # Where several frameworks share an environment (integration, quickstart, bench): the CPU build of
 # torch that lies on this machine's disk. An unpinned torch would pull a multi-GB CUDA build.
 PINNED = {"torch": "torch==2.13.0"}
-# The examples and docs import Lightning as `lightning.pytorch`; trainkit-lightning itself needs only
-# `pytorch-lightning`, which `lightning` depends on.
-EXAMPLE_DEPS = ["lightning"]
+# The examples and docs import Lightning as `lightning.pytorch` (trainkit-lightning itself needs only
+# `pytorch-lightning`, which `lightning` depends on) and use DeepSpeed (trainkit-hf[deepspeed]).
+EXAMPLE_DEPS = ["lightning", "deepspeed"]
 FRAMEWORKS = ("torch", "tensorflow", "jax", "xgboost", "lightgbm", "lightning", "transformers", "horovod")
 
 nox.options.default_venv_backend = "virtualenv"

@@ -70,3 +70,18 @@ def test_ray_train_lightning_script_runs_after_migration(tmp_path):
     assert "epochs: 3" in out.stdout and "'loss'" in out.stdout
     run = tmp_path / "results" / "lightning_digits"
     assert len(list(run.glob("checkpoint_*/checkpoint.ckpt"))) == 3
+
+
+def test_ray_train_transformers_script_runs_after_migration(tmp_path):
+    source = (Path(__file__).parent / "ray_train_scripts" / "transformers_text.py").read_text()
+    migrated = migrate(source)
+    assert "ray.train" not in migrated and "Ray" not in migrated.split('"""', 2)[2]
+    script = tmp_path / "transformers_text.py"
+    script.write_text(migrated)
+    env = {**os.environ, "TRAINKIT_STORAGE_PATH": str(tmp_path / "results"), "TRAINKIT_VERBOSE": "0"}
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "epochs: 3" in out.stdout and "'loss'" in out.stdout
+    run = tmp_path / "results" / "transformers_text"
+    assert len(list(run.glob("checkpoint_*/trainer_state.json"))) == 3  # one per epoch, 4 steps each

@@ -7,7 +7,7 @@ and new arguments never break old plugins. Each docstring says where the hook ru
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import pluggy
 
@@ -62,6 +62,14 @@ def trainkit_worker_stop(context: "TrainContext") -> None:
 def trainkit_default_callbacks(run_config: "RunConfig") -> "list[UserCallback] | None":
     """Callbacks to add to every run, e.g. an organisation's experiment tracking. Runs in the driver
     when a run starts; the callbacks returned run after ``RunConfig.callbacks``, in plugin order."""
+
+
+@hookspec
+def trainkit_check_inputs(train_loop_per_worker: Callable, train_loop_config: "dict | None",
+                          datasets: "dict | None") -> None:
+    """Refuse inputs a plugin's framework can't use on workers (e.g. objects that must be built
+    there), raising ``TypeError`` or ``ValueError`` that names the input. Runs in the driver at
+    ``fit()``, before anything starts."""
 
 
 # -- events (driver) -----------------------------------------------------------------------------------

@@ -76,7 +76,10 @@ class DataParallelTrainer:
         Raises ``TrainingFailedError`` (also in ``Result.error``) when the run fails after its retries.
         """
         from trainkit._internal.controller import Controller
+        from trainkit._internal.plugins import get_plugins
 
+        get_plugins().hook.trainkit_check_inputs(train_loop_per_worker=self.train_loop_per_worker,
+                                                 train_loop_config=self.train_loop_config, datasets=self.datasets)
         if not self.scaling_config.local_mode:
             _check_picklable(self.train_loop_per_worker)
         controller = Controller(

@@ -28,8 +28,14 @@ def _init_process_group(backend: str | None, init_method: str, master: tuple[str
 
 
 def _set_rank_env(world_rank: int, local_rank: int, local_world_size: int, node_rank: int) -> None:
+    """torchrun's variables; and on a worker without GPUs, Accelerate's switch to multi-CPU (without
+    it, ``Accelerator()`` and ``transformers.Trainer`` would each train alone on every worker)."""
+    import torch
+
     os.environ.update(LOCAL_RANK=str(local_rank), LOCAL_WORLD_SIZE=str(local_world_size),
                       NODE_RANK=str(node_rank), GROUP_RANK=str(node_rank))
+    if not torch.cuda.is_available():
+        os.environ["ACCELERATE_USE_CPU"] = "true"
 
 
 def _destroy_process_group() -> None:
