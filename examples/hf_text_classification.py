@@ -85,9 +85,8 @@ def main() -> trainkit.Result:
         scaling_config=trainkit.ScalingConfig(num_workers=2),
         run_config=trainkit.RunConfig(checkpoint_config=trainkit.CheckpointConfig(num_to_keep=1)),
     ).fit()
-    accuracy = result.metrics_dataframe["eval_accuracy"].dropna()
-    print(f"epochs: {len(accuracy)}")
-    print(f"held-out accuracy: {accuracy.iloc[-1]:.3f}")
+    print(f"epochs: {int(result.metrics['epoch'])}")  # the last report has the latest of every metric
+    print(f"held-out accuracy: {result.metrics['eval_accuracy']:.3f}")
     return result
 
 

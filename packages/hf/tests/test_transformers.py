@@ -83,6 +83,9 @@ def test_trainer_splits_the_data_and_reports_logs_and_checkpoints(ray_cluster, r
     assert state["global_step"] == 8
 
 
+# Transformers before 5.18 restores a multi-process CPU run's optimizer with map_location "cpu:0",
+# which torch cannot restore ("don't know how to restore data location"); GPU runs are unaffected.
+@requires(transformers=">=5.18")
 def test_resume_continues_from_the_saved_step(ray_cluster, run_config, tmp_path):
     result = fit(run_config, tmp_path, epochs=3, fail_at_step=6)
     lines = logged(result)

@@ -51,6 +51,7 @@ class ReportCallback(transformers.TrainerCallback):
         self.checkpoint_upload_mode = CheckpointUploadMode(checkpoint_upload_mode)
         self._logged_since_save: dict[str, float] = {}
         self._latest: dict[str, float] = {}
+        self._saved_step = -1
 
     def on_log(self, args, state, control, logs=None, **kwargs) -> None:
         metrics = _numbers(logs or {})
@@ -61,6 +62,9 @@ class ReportCallback(transformers.TrainerCallback):
         trainkit.report({**metrics, "step": state.global_step, "epoch": state.epoch or 0.0})
 
     def on_save(self, args, state, control, **kwargs) -> None:
+        if state.global_step == self._saved_step:
+            return  # Transformers before 4.51 may call on_save twice for the last step's checkpoint
+        self._saved_step = state.global_step
         path = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
         _barrier()  # every rank has written its files into the checkpoint directory
         checkpoint = None
