@@ -43,45 +43,37 @@ def test_ray_train_torch_linear_example_runs_after_migration(tmp_path):
     assert len(runs) == 1 and (runs[0] / "checkpoint_000002" / ".manifest.json").exists()
 
 
-@pytest.mark.parametrize("framework", ["xgboost", "lightgbm"])
-def test_ray_train_gbdt_scripts_run_after_migration(tmp_path, framework):
-    source = (Path(__file__).parent / "ray_train_scripts" / f"{framework}_breast_cancer.py").read_text()
-    migrated = migrate(source)
-    assert "ray.train" not in migrated and "RayTrain" not in migrated
-    script = tmp_path / f"{framework}_breast_cancer.py"
-    script.write_text(migrated)
-    env = {**os.environ, "TRAINKIT_STORAGE_PATH": str(tmp_path / "results"), "TRAINKIT_VERBOSE": "0"}
-    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=240)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "rounds: 20" in out.stdout and "'loss'" in out.stdout
-    run = tmp_path / "results" / f"{framework}_breast_cancer"
-    assert len(list(run.glob("checkpoint_*/.manifest.json"))) == 4  # rounds 5, 10, 15, 20
-
-
-def test_ray_train_lightning_script_runs_after_migration(tmp_path):
-    source = (Path(__file__).parent / "ray_train_scripts" / "lightning_digits.py").read_text()
-    migrated = migrate(source)
-    assert "ray.train" not in migrated and "Ray" not in migrated.split('"""', 2)[2]
-    script = tmp_path / "lightning_digits.py"
-    script.write_text(migrated)
-    env = {**os.environ, "TRAINKIT_STORAGE_PATH": str(tmp_path / "results"), "TRAINKIT_VERBOSE": "0"}
-    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=240)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "epochs: 3" in out.stdout and "'loss'" in out.stdout
-    run = tmp_path / "results" / "lightning_digits"
-    assert len(list(run.glob("checkpoint_*/checkpoint.ckpt"))) == 3
-
-
-def test_ray_train_transformers_script_runs_after_migration(tmp_path):
-    source = (Path(__file__).parent / "ray_train_scripts" / "transformers_text.py").read_text()
-    migrated = migrate(source)
-    assert "ray.train" not in migrated and "Ray" not in migrated.split('"""', 2)[2]
-    script = tmp_path / "transformers_text.py"
+def run_migrated_script(name: str, tmp_path: Path) -> str:
+    """Migrate ``ray_train_scripts/<name>.py`` by the table, run it (in ``tmp_path``, runs under
+    ``tmp_path/results``) and return its stdout."""
+    migrated = migrate((Path(__file__).parent / "ray_train_scripts" / f"{name}.py").read_text())
+    assert "ray.train" not in migrated and "Ray" not in migrated.split('"""', 2)[2]  # the docstring aside
+    script = tmp_path / f"{name}.py"
     script.write_text(migrated)
     env = {**os.environ, "TRAINKIT_STORAGE_PATH": str(tmp_path / "results"), "TRAINKIT_VERBOSE": "0"}
     out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300,
                          cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "epochs: 3" in out.stdout and "'loss'" in out.stdout
+    return out.stdout
+
+
+@pytest.mark.parametrize("framework", ["xgboost", "lightgbm"])
+def test_ray_train_gbdt_scripts_run_after_migration(tmp_path, framework):
+    stdout = run_migrated_script(f"{framework}_breast_cancer", tmp_path)
+    assert "rounds: 20" in stdout and "'loss'" in stdout
+    run = tmp_path / "results" / f"{framework}_breast_cancer"
+    assert len(list(run.glob("checkpoint_*/.manifest.json"))) == 4  # rounds 5, 10, 15, 20
+
+
+def test_ray_train_lightning_script_runs_after_migration(tmp_path):
+    stdout = run_migrated_script("lightning_digits", tmp_path)
+    assert "epochs: 3" in stdout and "'loss'" in stdout
+    run = tmp_path / "results" / "lightning_digits"
+    assert len(list(run.glob("checkpoint_*/checkpoint.ckpt"))) == 3
+
+
+def test_ray_train_transformers_script_runs_after_migration(tmp_path):
+    stdout = run_migrated_script("transformers_text", tmp_path)
+    assert "epochs: 3" in stdout and "'loss'" in stdout
     run = tmp_path / "results" / "transformers_text"
     assert len(list(run.glob("checkpoint_*/trainer_state.json"))) == 3  # one per epoch, 4 steps each

@@ -36,6 +36,13 @@ NOTES = """
   import names. 2.2.5 fails before any trainkit code runs: its `lightning.fabric` imports
   `pkg_resources`, which current setuptools no longer ships; 2.4.0 is the oldest that works.
 - JAX and jaxlib 0.11 and later need Python 3.12; 0.10.2 is the latest on 3.11.
+- hf rows install DeepSpeed (the latest also `datasets`). Transformers before 5.18 cannot resume a
+  multi-process CPU run: it restores the optimizer with `map_location="cpu:0"`, which torch refuses
+  ("don't know how to restore data location"); fixed upstream in 5.18, GPU runs unaffected, so that
+  test skips on the oldest row. DeepSpeed before 0.19 now and then gathers corrupt ZeRO-3
+  parameters on CPUs (seen with 0.16.9, 0.17.6 and 0.18.0), hence `deepspeed>=0.19`. Accelerate
+  runs DeepSpeed (the Trainer's `deepspeed=` config, `DeepSpeedPlugin`) only on GPUs: those tests
+  are GPU rows; plain `deepspeed.initialize` runs ZeRO 1-3 and offload on CPUs in every row.
 - `core` rows include the tracking tests (a real MLflow server, TensorBoard's reader).
 - GPU rows (`nox -s gpu`: NCCL, FSDP, Lightning's FSDP and DeepSpeed) have not run: no GPU machine
   has been available yet.

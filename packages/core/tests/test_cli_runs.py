@@ -87,3 +87,13 @@ def test_plot_writes_a_png_marking_checkpoints_and_the_restart(storage, tmp_path
 def test_plot_names_the_metrics_a_run_has(storage, tmp_path):
     code, _, err = cli("plot", str(storage / "first"), "--metric", "loss", "-o", str(tmp_path / "x.png"))
     assert code == 2 and "--metric loss" in err and "['accuracy', 'step']" in err
+
+
+def test_show_gives_where_the_start_went(ray_cluster, run_config):
+    result = trainkit.DataParallelTrainer(lambda: trainkit.report({"x": 1}), scaling_config=ScalingConfig(num_workers=1),
+                                          run_config=run_config()).fit()
+    code, text, _ = cli("show", result.path)
+    assert code == 0
+    (line,) = [line for line in text.splitlines() if line.startswith("start ")]
+    assert [part for part in line.split()[1::2]] == ["ray_start", "placement", "actors", "setup", "backend",
+                                                     "launch", "first_report"]  # in the order they happen

@@ -52,7 +52,11 @@ def test_two_workers_report_and_commit(ray_cluster, run_config, capfd):
     assert [line["index"] for line in lines] == [0, 1, 2]
     assert [c.path.rsplit("/", 1)[1] for c, _ in result.best_checkpoints] == \
         ["checkpoint_000000", "checkpoint_000001", "checkpoint_000002"]
-    assert json.load(open(os.path.join(result.path, "run_state.json")))["status"] == "finished"
+    state = json.load(open(os.path.join(result.path, "run_state.json")))
+    assert state["status"] == "finished"
+    profile = state["start_profile"]  # where the attempt's start went, phase by phase (trainkit show)
+    assert sorted(profile) == sorted(["ray_start", "placement", "actors", "setup", "backend", "launch", "first_report"])
+    assert all(0 <= seconds < 60 for seconds in profile.values())
     out = capfd.readouterr().out
     assert "(rank 0) hello from 0" in out and "(rank 1) hello from 1" in out
     assert trainkit.Result.from_path(result.path).checkpoint == result.checkpoint
@@ -75,6 +79,7 @@ def test_restart_from_last_committed_checkpoint(ray_cluster, run_config):
     assert [line["index"] for line in lines] == [0, 1, 2, 3]
     state = json.load(open(os.path.join(result.path, "run_state.json")))
     assert len(state["failures"]) == 1 and state["failures"][0]["type"] == "WorkerDied"
+    assert "placement" in state["start_profile"] and "ray_start" not in state["start_profile"]  # the restart's
 
 
 def test_rerun_with_same_name_resumes(ray_cluster, run_config):
