@@ -134,3 +134,24 @@ def test_backend_config_context_wraps_the_training_thread(ray_cluster, run_confi
     result = DataParallelTrainer(_thread_state_fn, backend_config=_ThreadStateConfig(),
                                  scaling_config=ScalingConfig(num_workers=num_workers), run_config=run_config()).fit()
     assert result.metrics == {"entered_in_this_thread": True}
+
+
+def raise_right_after_a_checkpoint(config):
+    ctx = trainkit.get_context()
+    checkpoint = trainkit.get_checkpoint()
+    start = 0 if checkpoint is None else int(checkpoint.path.rsplit("_", 1)[1]) + 1
+    for step in range(start, 3):
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, f"state-{ctx.get_world_rank()}.bin"), "wb") as f:
+                f.write(os.urandom(32 << 20))  # hashing it outlasts the raise below
+            trainkit.report({"step": step, "attempt": ctx.get_attempt()}, checkpoint=Checkpoint.from_directory(tmp))
+        if ctx.get_attempt() == 0:
+            raise RuntimeError("right after report() returned")
+
+
+def test_a_checkpoint_whose_report_returned_before_an_exception_is_kept(ray_cluster, run_config):
+    result = DataParallelTrainer(raise_right_after_a_checkpoint, scaling_config=TWO,
+                                 run_config=run_config(failure_config=FailureConfig(max_failures=1))).fit()
+    lines = [json.loads(line) for line in open(os.path.join(result.path, "metrics.jsonl"))]
+    # the step-0 checkpoint committed although both ranks raised the moment report() returned
+    assert [(line["metrics"]["step"], line["attempt"]) for line in lines] == [(0, 0), (1, 1), (2, 1)]

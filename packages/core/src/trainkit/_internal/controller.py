@@ -17,7 +17,7 @@ from trainkit._internal.lock import RunLock
 from trainkit._internal.retry import StorageError
 from trainkit._internal.plugins import get_plugins
 from trainkit._internal.run_state import CheckpointRecord, RunState, start_profile
-from trainkit._internal.session import Session, TrainContext, set_session
+from trainkit._internal.session import SALVAGE_S, Session, TrainContext, set_session
 from trainkit._internal.storage import FileEntry, RunStorage
 from trainkit._internal.worker import call_train_fn, failure_event
 from trainkit.backend import BackendConfig
@@ -29,7 +29,6 @@ from trainkit.result import Result, TrainingFailedError
 logger = logging.getLogger("trainkit")
 
 POLL_S = 2.0  # a worker answers a poll at least this often (heartbeat)
-LOCAL_SALVAGE_S = 30.0  # local mode: how long a failed attempt's in-flight uploads may take to commit
 
 
 @dataclass
@@ -356,7 +355,7 @@ class Controller:
             outcome.worker_errors[0] = exc
             # Reports that returned before the error still commit (as a failed rank's peers' do on
             # Ray); whatever is still uploading after that must not land in the next attempt.
-            session.salvage(timeout_s=LOCAL_SALVAGE_S)
+            session.salvage(timeout_s=SALVAGE_S)
         finally:
             set_session(None)
             self._local_session = None

@@ -21,6 +21,8 @@ from trainkit._internal.metrics import validate_metrics
 from trainkit._internal.naming import validate_name
 from trainkit.checkpoint import Checkpoint
 
+SALVAGE_S = 30.0  # how long a failed training function's in-flight uploads may take to commit
+
 
 class CheckpointUploadMode(enum.Enum):
     """How ``report()`` moves a checkpoint into storage.

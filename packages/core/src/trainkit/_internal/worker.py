@@ -19,7 +19,7 @@ import traceback
 from typing import Any, Callable
 
 from trainkit._internal.events import Failed, Finished, Output
-from trainkit._internal.session import Session, TrainContext, set_session, set_worker_context
+from trainkit._internal.session import SALVAGE_S, Session, TrainContext, set_session, set_worker_context
 from trainkit._internal.storage import RunStorage
 from trainkit.backend import BackendConfig
 from trainkit.checkpoint import Checkpoint
@@ -143,6 +143,10 @@ class Worker:
                 self._session.finish()
                 event: Any = Finished(rank, value)
             except BaseException as exc:  # noqa: BLE001 - every error goes to the driver
+                # A report that returned before the error still commits: its upload (or, for SYNC
+                # on local disk, its hashing) may be running in the background; it reaches the
+                # driver before the failure does.
+                self._session.salvage(timeout_s=SALVAGE_S)
                 event = failure_event(rank, exc)
             sys.stdout.flush()
             sys.stderr.flush()
