@@ -11,7 +11,9 @@
 
 Each package declares its rows in ``[tool.trainkit] test-matrix`` of its pyproject: explicit
 (python, distribution=version) pairs with real version ids, oldest supported first; the row marked
-``ci = true`` (else the last) is the one CI runs. Adding a plugin never edits this file.
+``ci = true`` (else the last) is the one CI runs. A plugin too heavy to share the integration
+environment (``[tool.trainkit] shared-environment = false``) stays out of it; its sessions also run
+its ``docs-pages`` from tests/test_docs.py. Adding a plugin never edits this file.
 """
 
 from __future__ import annotations
@@ -123,7 +125,10 @@ def _matrix_session(package: Path, row: dict) -> None:
             _install_core(session, *requirements)
             session.install(*_editable(*_in_repo_dependencies(package), package), *requirements)
         _assert_versions(session, pins)
-        _pytest(session, str(package.relative_to(ROOT) / "tests") if package != THIRDPARTY else "tests")
+        if package == THIRDPARTY:
+            _pytest(session, "tests")
+        else:
+            _pytest(session, str(package.relative_to(ROOT) / "tests"), *_own_docs_tests(package))
 
 
 for _package in [*PACKAGES, THIRDPARTY]:
@@ -133,6 +138,18 @@ for _package in [*PACKAGES, THIRDPARTY]:
 
 def _plugins() -> list[Path]:
     return [p for p in PACKAGES if p != CORE]
+
+
+def _shares_environment(package: Path) -> bool:
+    return _pyproject(package).get("tool", {}).get("trainkit", {}).get("shared-environment", True)
+
+
+def _own_docs_tests(package: Path) -> list[str]:
+    """The tests/test_docs.py cases of the pages a plugin outside the shared environment runs itself."""
+    if _shares_environment(package):
+        return []
+    pages = _pyproject(package)["tool"]["trainkit"].get("docs-pages", [])
+    return [f"tests/test_docs.py::test_every_code_block_runs[{page}]" for page in pages]
 
 
 def _editable(*packages: Path) -> list[str]:
@@ -148,7 +165,8 @@ def _in_repo_dependencies(package: Path) -> list[Path]:
 
 def _install_all(session: nox.Session) -> None:
     _install_core(session, *PINNED.values())
-    session.install(*_editable(*_plugins()), *EXAMPLE_DEPS, *PINNED.values())
+    shared = [p for p in _plugins() if _shares_environment(p)]
+    session.install(*_editable(*shared), *EXAMPLE_DEPS, *PINNED.values())
 
 
 @nox.session(python=PYTHON, tags=["ci"])
