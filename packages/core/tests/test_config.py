@@ -31,6 +31,37 @@ def test_worker_resources_defaults_and_gpu():
         ScalingConfig(use_gpu=True, resources_per_worker={"CPU": 1}).worker_resources
 
 
+V4 = {"use_tpu": True, "topology": "2x2x2", "accelerator_type": "TPU-V4"}  # 8 chips: 2 hosts of 4
+
+
+def test_tpu_slices_shape_the_workers():
+    four = ScalingConfig(num_workers=4, **V4)
+    assert four.worker_resources == {"CPU": 1.0, "TPU": 4.0, "accelerator_type:TPU-V4": 0.001}  # a host each
+    assert four.workers_per_slice == 2 and four.tpu_slice.pod_type == "v4-16" and four.tpu_slice.hosts == 2
+    per_chip = ScalingConfig(num_workers=16, use_tpu=True, topology="4x4", accelerator_type="TPU-V6E",
+                             resources_per_worker={"CPU": 1, "TPU": 1})
+    assert per_chip.workers_per_slice == 16 and per_chip.tpu_slice.pod_type == "v6e-16"
+    assert ScalingConfig(use_tpu=True, topology="2x4", accelerator_type="TPU-V6E").tpu_slice.hosts == 1  # 8-chip host
+    assert ScalingConfig(use_tpu=True).worker_resources == {"CPU": 1.0, "TPU": 1.0}  # one host, shape unknown
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"num_workers": 3, **V4}, "num_workers=3 is invalid: expected a multiple of 2"),
+    ({"num_workers": (2, 3), **V4}, r"num_workers=\(2, 3\) is invalid: expected a multiple of 2"),
+    ({"num_workers": 2, "use_tpu": True}, "topology=None is invalid: expected a TPU topology"),
+    ({**V4, "accelerator_type": "A100"}, "accelerator_type='A100' is invalid with use_tpu=True: expected one of TPU-V2"),
+    ({**V4, "topology": "2by2"}, "topology='2by2' is invalid"),
+    ({**V4, "resources_per_worker": {"CPU": 1, "TPU": 3}}, r'resources_per_worker\["TPU"\]=3.0 is invalid'),
+    ({**V4, "resources_per_worker": {"CPU": 1}}, 'expected a "TPU" amount > 0'),
+    ({**V4, "use_gpu": True}, "use_tpu=True is invalid: expected not together with use_gpu"),
+    ({"topology": "2x2"}, "use_tpu=False is invalid"),
+    ({"resources_per_worker": {"TPU": 4}}, "use_tpu=False is invalid"),
+])
+def test_bad_tpu_settings_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ScalingConfig(**kwargs)
+
+
 @pytest.mark.parametrize("kwargs, field", [
     ({"placement_strategy": "pack"}, "placement_strategy"),
     ({"use_gpu": 1}, "use_gpu"),

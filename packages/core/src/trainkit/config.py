@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
+from trainkit._internal import tpu
 from trainkit._internal.naming import validate_name
 from trainkit.callbacks import UserCallback
 
@@ -58,15 +59,21 @@ class ScalingConfig:
         ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5})
         ScalingConfig(num_workers=0)            # local mode: run in this process
         ScalingConfig(num_workers=(2, 8))       # elastic: at least 2, at most 8
+        ScalingConfig(num_workers=4, use_tpu=True, topology="4x4", accelerator_type="TPU-V6E")
 
     Attributes:
         num_workers: workers to start; ``0`` runs the function in the driver process
             (local mode); ``(min, max)`` is elastic.
         use_gpu: reserve one GPU per worker (unless ``resources_per_worker`` says otherwise).
-        resources_per_worker: Ray resources per worker; defaults to ``{"CPU": 1}`` (+ ``"GPU": 1``).
+        resources_per_worker: Ray resources per worker; defaults to ``{"CPU": 1}`` (+ ``"GPU": 1``;
+            + ``"TPU"``: the chips of one host of the slice, or 1 without a ``topology``).
         placement_strategy: Ray placement-group strategy: PACK, SPREAD, STRICT_PACK, STRICT_SPREAD.
-        accelerator_type: Ray accelerator type every worker must run on (e.g. ``"A100"``).
-        use_tpu, topology: TPU slices (see the JAX plugin).
+        accelerator_type: Ray accelerator type every worker must run on (e.g. ``"A100"``,
+            ``"TPU-V6E"``).
+        use_tpu: one TPU host per worker. With more than one worker, ``topology`` and
+            ``accelerator_type`` are required: workers then fill whole slices (``num_workers`` a
+            multiple of the workers per slice), each slice placed atomically, ranks in slice order.
+        topology: the chips of one TPU slice per dimension (e.g. ``"4x4"``, ``"2x2x2"``).
         label_selector: node labels every worker must match.
         elastic_resize_monitor_interval_s: how often an elastic run checks for room to grow.
     """
@@ -109,6 +116,7 @@ class ScalingConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise _bad(name, value, "None or a non-empty string")
+        self._check_tpu()
         if self.label_selector is not None and not (
             isinstance(self.label_selector, Mapping)
             and all(isinstance(k, str) and isinstance(v, str) for k, v in self.label_selector.items())
@@ -116,6 +124,44 @@ class ScalingConfig:
             raise _bad("label_selector", self.label_selector, "a dict of str to str")
         _check_number("elastic_resize_monitor_interval_s", self.elastic_resize_monitor_interval_s,
                       minimum=0, allow_equal=False)
+
+    def _check_tpu(self) -> None:
+        tpus = (self.resources_per_worker or {}).get("TPU", 0)
+        if not self.use_tpu:
+            if tpus or self.topology:
+                raise _bad("use_tpu", False, 'True when resources_per_worker has "TPU" or a topology is set')
+            return
+        if self.use_gpu:
+            raise _bad("use_tpu", True, "not together with use_gpu=True")
+        if self.resources_per_worker is not None and not tpus:
+            raise _bad("resources_per_worker", self.resources_per_worker, 'a "TPU" amount > 0 when use_tpu=True')
+        shape = self.tpu_slice
+        if shape is None:
+            if self.max_workers > 1:
+                raise _bad("topology", self.topology, "a TPU topology (e.g. '4x4') and an accelerator_type "
+                           "(e.g. 'TPU-V6E') when use_tpu=True and num_workers > 1: workers fill whole slices")
+            return
+        per_worker = self.worker_resources["TPU"]
+        if shape.chips % per_worker:
+            raise _bad('resources_per_worker["TPU"]', per_worker,
+                       f"a divisor of the {shape.chips} chips of a {self.topology} slice")
+        for field_name, count in (("num_workers", self.min_workers), ("num_workers", self.max_workers)):
+            if count % self.workers_per_slice:
+                raise _bad(field_name, self.num_workers, f"a multiple of {self.workers_per_slice}, the workers of "
+                           f"one {self.topology} {self.accelerator_type} slice: slices are used whole")
+
+    @property
+    def tpu_slice(self) -> tpu.SliceShape | None:
+        """The shape of one TPU slice, when ``use_tpu`` with a ``topology`` and ``accelerator_type``."""
+        if not (self.use_tpu and self.topology and self.accelerator_type):
+            return None
+        return tpu.slice_shape(self.accelerator_type, self.topology)
+
+    @property
+    def workers_per_slice(self) -> int:
+        """Workers that fill one TPU slice (1 without a slice)."""
+        shape = self.tpu_slice
+        return int(shape.chips // self.worker_resources["TPU"]) if shape else 1
 
     @property
     def local_mode(self) -> bool:
@@ -143,6 +189,9 @@ class ScalingConfig:
             resources = {"CPU": 1.0}
             if self.use_gpu:
                 resources["GPU"] = 1.0
+            if self.use_tpu:
+                shape = self.tpu_slice
+                resources["TPU"] = float(shape.chips_per_host if shape else 1)
         if self.use_gpu and not resources.get("GPU"):
             raise _bad("resources_per_worker", self.resources_per_worker,
                        'a "GPU" amount > 0 when use_gpu=True')

@@ -41,9 +41,9 @@ def _shutdown() -> None:
 class JaxBackend(Backend):
     def on_start(self, worker_group, backend_config: JaxConfig) -> None:
         host, port = worker_group.free_address(0)  # rank 0 hosts the coordinator
-        # Ray makes each worker's reserved GPUs its only visible ones: JAX takes them all.
-        has_gpus = any(w.accelerator_ids.get("GPU") for w in worker_group.workers)
-        platform = backend_config.platform or ("gpu" if has_gpus else "cpu")
+        # Ray makes each worker's reserved chips its only visible ones: JAX takes them all.
+        platform = backend_config.platform or next(
+            (p for p in ("tpu", "gpu") if any(w.accelerator_ids.get(p.upper()) for w in worker_group.workers)), "cpu")
         worker_group.execute(_initialize, f"{host}:{port}", platform, backend_config.timeout_s)
 
     def on_shutdown(self, worker_group, backend_config: JaxConfig) -> None:

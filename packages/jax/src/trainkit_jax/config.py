@@ -15,7 +15,8 @@ class JaxConfig(BackendConfig):
     """How workers join one ``jax.distributed`` run.
 
     Attributes:
-        platform: "cpu", "gpu" or "tpu"; None picks "gpu" when the workers reserved GPUs, else "cpu".
+        platform: "cpu", "gpu" or "tpu"; None picks "tpu" when the workers hold TPU chips, "gpu" when
+            they reserved GPUs, else "cpu".
             On CPUs, cross-process collectives go over gloo.
         timeout_s: how long ``jax.distributed.initialize`` waits for every process to join.
     """

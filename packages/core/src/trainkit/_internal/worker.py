@@ -109,6 +109,7 @@ class Worker:
             "ip": ray.util.get_node_ip_address(),
             "pid": os.getpid(),
             "accelerator_ids": runtime.get_accelerator_ids(),
+            "labels": getattr(runtime, "get_node_labels", dict)(),
         }
 
     def setup(self, context: TrainContext, env: dict[str, str], hooks: bool) -> None:

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from trainkit._internal import net
+from trainkit._internal import net, tpu
 from trainkit._internal.plugins import get_plugins
 from trainkit._internal.session import TrainContext
 from trainkit._internal.worker import Worker
@@ -60,10 +60,19 @@ class WorkerGroup:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         resources = scaling.worker_resources
-        bundle_kwargs: dict[str, Any] = {}
-        if scaling.label_selector:
-            bundle_kwargs["bundle_label_selector"] = [dict(scaling.label_selector)] * num_workers
-        pg = placement_group([resources] * num_workers, strategy=scaling.placement_strategy, **bundle_kwargs)
+        shape, per_slice = scaling.tpu_slice, scaling.workers_per_slice
+        slice_names, claims = [], []
+        if shape and shape.hosts > 1:  # a multi-host TPU slice is only usable whole: claim slices first
+            try:
+                host_needs = {k: v * per_slice / shape.hosts for k, v in resources.items()}
+                slice_names, claims = tpu.claim_slices(shape, num_workers // per_slice, host_needs, PLACEMENT_TIMEOUT_S)
+            except TimeoutError as exc:
+                raise PlacementError(f"could not place {num_workers} workers on whole TPU slices: {exc}. "
+                                     "Lower num_workers or free a slice.") from None
+        selectors = [{**(scaling.label_selector or {}), **({tpu.SLICE_NAME: slice_names[i // per_slice]}
+                                                          if slice_names else {})} for i in range(num_workers)]
+        pg = placement_group([resources] * num_workers, strategy=scaling.placement_strategy,
+                             **({"bundle_label_selector": selectors} if any(selectors) else {}))
         marks: dict[str, float] = {}
         try:
             ray.get(pg.ready(), timeout=PLACEMENT_TIMEOUT_S)
@@ -75,6 +84,9 @@ class WorkerGroup:
                 f"({scaling.placement_strategy}) within {PLACEMENT_TIMEOUT_S:.0f} s; the cluster has "
                 f"{ray.available_resources()} available. Lower num_workers or resources_per_worker."
             ) from None
+        finally:
+            for claim in claims:  # the workers' bundles now hold the slices
+                remove_placement_group(claim)
         hooks = get_plugins().hook
         worker_hooks = bool(hooks.trainkit_worker_start.get_hookimpls() or hooks.trainkit_worker_stop.get_hookimpls())
         remote_worker, options = ray.remote(Worker), _actor_options(resources)
@@ -86,17 +98,23 @@ class WorkerGroup:
         try:
             infos = ray.get([a.node_info.remote() for a in actors])
             marks["actors"] = time.monotonic()
-            workers = _assign_ranks(actors, infos, driver_node=ray.get_runtime_context().get_node_id())
+            driver_node = ray.get_runtime_context().get_node_id()
+            workers = _assign_ranks(actors, infos, lambda info, i: tpu.rank_order(info, slice_names) if slice_names
+                                    else (info["node_id"] != driver_node, i))
             group = cls(workers, pg, marks)
             node_sizes = {w.node_rank: 0 for w in workers}
             for w in workers:
                 node_sizes[w.node_rank] += 1
+            num_slices = num_workers // per_slice if scaling.use_tpu else 1
             ray.get([
                 w.actor.setup.remote(
                     TrainContext(world_rank=w.world_rank, world_size=num_workers, local_rank=w.local_rank,
                                  local_world_size=node_sizes[w.node_rank], node_rank=w.node_rank,
                                  experiment_name=run_name, attempt=attempt, storage=storage),
-                    {**(env or {}), "TRAINKIT_RANK": str(w.world_rank)}, worker_hooks,
+                    {**(env or {}), "TRAINKIT_RANK": str(w.world_rank),
+                     **(tpu.multislice_env(workers[0].ip, num_slices, w.world_rank // per_slice)
+                        if num_slices > 1 else {})},
+                    worker_hooks,
                 )
                 for w in workers
             ])
@@ -162,13 +180,13 @@ class WorkerGroup:
         remove_placement_group(self._placement_group)
 
 
-def _assign_ranks(actors: list[Any], infos: list[dict], driver_node: str) -> list[WorkerInfo]:
-    """Ranks contiguous per node; the driver's node first, then nodes in placement order."""
-    node_order: list[str] = []
-    for info in infos:
-        if info["node_id"] not in node_order:
-            node_order.append(info["node_id"])
-    node_order.sort(key=lambda n: n != driver_node)
+def _assign_ranks(actors: list[Any], infos: list[dict], node_key: Callable[[dict, int], Any]) -> list[WorkerInfo]:
+    """Ranks contiguous per node, nodes sorted by ``node_key(info, placement index)`` of their first
+    worker (the driver's node first, or TPU hosts in slice order)."""
+    keys: dict[str, Any] = {}
+    for i, info in enumerate(infos):
+        keys.setdefault(info["node_id"], node_key(info, i))
+    node_order = sorted(keys, key=keys.__getitem__)
     ordered = sorted(zip(actors, infos), key=lambda ai: node_order.index(ai[1]["node_id"]))
     workers, local = [], {n: 0 for n in node_order}
     for rank, (actor, info) in enumerate(ordered):
