@@ -13,7 +13,11 @@ Each package declares its rows in ``[tool.trainkit] test-matrix`` of its pyproje
 (python, distribution=version) pairs with real version ids, oldest supported first; the row marked
 ``ci = true`` (else the last) is the one CI runs. A plugin too heavy to share the integration
 environment (``[tool.trainkit] shared-environment = false``) stays out of it; its sessions also run
-its ``docs-pages`` from tests/test_docs.py. Adding a plugin never edits this file.
+its ``docs-pages`` from tests/test_docs.py. A framework pip cannot install from a pin (trainkit-horovod
+builds a patched Horovod) names a module in ``[tool.trainkit] prepare = {module, pins}``: the row's
+``pins`` go to ``python -m <module> <dist>==<version>`` after the package is installed (also in the
+packaging session, with the CI row's pins), never to pip; the module installs them (and may cache
+what it builds outside the session's environment). Adding a plugin never edits this file.
 """
 
 from __future__ import annotations
@@ -99,9 +103,16 @@ def _assert_versions(session: nox.Session, pins: dict[str, str]) -> None:
     session.run("python", "-c", f"import importlib.metadata as m; {checks}", silent=True)
 
 
+def _prepare(package: Path, pins: dict[str, str]) -> list[str]:
+    """The ``prepare`` step's ``-m MODULE PIN...`` arguments for these pins; [] when it has none."""
+    prepare = _pyproject(package).get("tool", {}).get("trainkit", {}).get("prepare")
+    return ["-m", prepare["module"], *(f"{k}=={pins[k]}" for k in prepare["pins"])] if prepare else []
+
+
 def _matrix_session(package: Path, row: dict) -> None:
     name = "thirdparty" if package == THIRDPARTY else package.name
     pins = {k: v for k, v in row.items() if k not in ("python", "ci")}
+    prepare = _prepare(package, pins)
     python = row.get("python", PYTHON)
     label = ", ".join([*(f"{k}={v}" for k, v in pins.items()), f"python={python}"])
 
@@ -109,7 +120,7 @@ def _matrix_session(package: Path, row: dict) -> None:
                  tags=[name, "matrix"] + (["ci"] if row.get("ci") else []))
     @_pruned_on_ci
     def run(session: nox.Session) -> None:
-        requirements = [f"{k}=={v}" for k, v in pins.items()]
+        requirements = [f"{k}=={v}" for k, v in pins.items() if f"{k}=={v}" not in prepare]
         if package == THIRDPARTY:
             # Installed from its own directory as a third party would; its own pyproject configures
             # pytest, so the repository's conftest stays out. No change to core is needed.
@@ -124,6 +135,8 @@ def _matrix_session(package: Path, row: dict) -> None:
         else:
             _install_core(session, *requirements)
             session.install(*_editable(*_in_repo_dependencies(package), package), *requirements)
+        if prepare:
+            session.run("python", *prepare)
         _assert_versions(session, pins)
         if package == THIRDPARTY:
             _pytest(session, "tests")
@@ -209,6 +222,8 @@ def packaging(session: nox.Session) -> None:
         pins = sorted({PINNED[k] for row in _matrix(package) for k in row if k in PINNED})
         session.run(python, "-m", "pip", "install", "-q", "--find-links", str(dist), project["name"], *pins,
                     external=True)
+        if prepare := _prepare(package, next(row for row in _matrix(package) if row.get("ci"))):
+            session.run(python, *prepare, external=True)
         session.run(python, "-m", "pip", "check", external=True)
         session.run(python, str(ROOT / "tests" / "packaging_check.py"), project["name"], *plugins, external=True)
         shutil.rmtree(env)  # each holds Ray and a framework: keep one at a time on disk

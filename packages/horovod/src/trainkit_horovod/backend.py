@@ -1,0 +1,104 @@
+"""``HorovodBackend``: Horovod's Gloo rendezvous for the worker group, as ``horovodrun --gloo`` would
+set it up but with trainkit's workers and ranks.
+
+Rank 0 hosts Horovod's rendezvous HTTP server (in its own process, so a failed attempt takes it down
+with the workers), and every worker gets the ``HOROVOD_*`` variables ``hvd.init()`` reads: its
+rank, local and cross ranks and sizes, its host, the server's address and its Gloo interface.
+The server lives until training ends: Horovod uses it for ``hvd.init()`` and for process sets.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+from typing import Any
+
+from trainkit import Backend
+
+from trainkit_horovod.config import HorovodConfig
+
+_server: Any = None  # rank 0's (HTTP server, thread), between on_start and on_shutdown
+FRAMEWORKS = ("horovod.torch", "horovod.tensorflow")  # the bindings whose shutdown() ends a context
+
+
+def slots(workers: list[Any]) -> list[dict[str, Any]]:
+    """Horovod's slot of every worker, in rank order: its host is its node; cross ranks count the
+    nodes that have a worker with the same local rank."""
+    local_size: dict[int, int] = {}
+    for w in workers:
+        local_size[w.node_rank] = local_size.get(w.node_rank, 0) + 1
+    result = []
+    for w in workers:
+        peers = sorted(v.node_rank for v in workers if v.local_rank == w.local_rank)
+        result.append({"hostname": w.node_id, "rank": w.world_rank, "local_rank": w.local_rank,
+                       "cross_rank": peers.index(w.node_rank), "size": len(workers),
+                       "local_size": local_size[w.node_rank], "cross_size": len(peers)})
+    return result
+
+
+def _interface_of(ip: str) -> str:
+    import psutil
+
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == ip for a in addresses):
+            return name
+    raise RuntimeError(f"no network interface holds {ip}; name one with HorovodConfig(nics={{'eth0'}})")
+
+
+def _start_rendezvous(address: tuple[str, int], plan: list[dict[str, Any]], verbose: int) -> None:
+    global _server
+    from horovod.runner.common.util.hosts import SlotInfo
+    from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
+
+    httpd = RendezvousHTTPServer(address, RendezvousHandler, verbose)
+    httpd.init([SlotInfo(**slot) for slot in plan])
+    thread = threading.Thread(target=httpd.serve_forever, name="horovod-rendezvous", daemon=True)
+    thread.start()
+    _server = (httpd, thread)
+
+
+def _stop_rendezvous() -> None:
+    global _server
+    if _server is not None:
+        httpd, thread = _server
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+        _server = None
+
+
+def _set_env(slot: dict[str, Any], address: tuple[str, int], nics: list[str] | None, timeout_s: float) -> None:
+    import ray
+
+    loopback = address[0] == "127.0.0.1"
+    iface = nics[0] if nics else _interface_of("127.0.0.1" if loopback else ray.util.get_node_ip_address())
+    os.environ.update({f"HOROVOD_{key.upper()}": str(value) for key, value in slot.items()})
+    os.environ.update(HOROVOD_GLOO_RENDEZVOUS_ADDR=address[0], HOROVOD_GLOO_RENDEZVOUS_PORT=str(address[1]),
+                      HOROVOD_CONTROLLER="gloo", HOROVOD_CPU_OPERATIONS="gloo", HOROVOD_GLOO_IFACE=iface,
+                      HOROVOD_GLOO_TIMEOUT_SECONDS=str(max(1, round(timeout_s))))
+
+
+def _shutdown_horovod() -> None:
+    for name in FRAMEWORKS:
+        if name in sys.modules:
+            sys.modules[name].shutdown()
+    for key in [k for k in os.environ if k.startswith("HOROVOD_")]:
+        del os.environ[key]
+
+
+class HorovodBackend(Backend):
+    def on_start(self, worker_group, backend_config: HorovodConfig) -> None:
+        import ray
+
+        address = worker_group.free_address(0)  # loopback when the group is on one node
+        plan = slots(worker_group.workers)
+        worker_group.execute_single(0, _start_rendezvous, address, plan, backend_config.verbose)
+        nics = sorted(backend_config.nics) if backend_config.nics else None
+        ray.get([w.actor.execute.remote(_set_env, slot, address, nics, backend_config.timeout_s)
+                 for w, slot in zip(worker_group.workers, plan)])
+
+    def on_shutdown(self, worker_group, backend_config: HorovodConfig) -> None:
+        worker_group.execute(_shutdown_horovod)
+        worker_group.execute_single(0, _stop_rendezvous)

@@ -1,0 +1,32 @@
+"""``HorovodTrainer``: a ``DataParallelTrainer`` whose workers share a Horovod Gloo rendezvous."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from trainkit import DataParallelTrainer
+
+from trainkit_horovod.config import HorovodConfig
+
+
+class HorovodTrainer(DataParallelTrainer):
+    """Run a training function on every worker; its ``hvd.init()`` joins the other workers.
+
+    Example::
+
+        def train_fn(config):
+            import horovod.torch as hvd
+            hvd.init()                                   # rank and size from trainkit's workers
+            optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+            ...
+
+        HorovodTrainer(train_fn, scaling_config=trainkit.ScalingConfig(num_workers=2)).fit()
+    """
+
+    def __init__(self, train_loop_per_worker: Callable, *, horovod_config: HorovodConfig | None = None,
+                 **kwargs: Any):
+        if horovod_config is not None and not isinstance(horovod_config, HorovodConfig):
+            raise TypeError(f"horovod_config must be a HorovodConfig, got {type(horovod_config).__name__}")
+        kwargs.setdefault("backend_config", horovod_config or HorovodConfig())
+        super().__init__(train_loop_per_worker, **kwargs)

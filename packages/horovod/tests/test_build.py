@@ -1,0 +1,31 @@
+"""The build step's patch and cache, without building (the sessions build Horovod for real)."""
+
+import pytest
+
+from trainkit_horovod import build
+
+
+def test_patch_raises_both_cmake_files_to_cxx17(tmp_path):
+    for name in build.PATCHES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("project(x)\nset(CMAKE_CXX_STANDARD 14)\n")
+    build.patch(tmp_path)
+    for name in build.PATCHES:
+        assert (tmp_path / name).read_text() == "project(x)\nset(CMAKE_CXX_STANDARD 17)\n"
+    with pytest.raises(SystemExit, match="expected one line matching"):
+        build.patch(tmp_path)  # an unknown sdist layout fails loudly instead of building unpatched
+
+
+def test_a_cached_wheel_is_reused_without_building(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINKIT_HOROVOD_CACHE", str(tmp_path))
+    monkeypatch.setattr(build, "build", lambda *a: pytest.fail("built although a wheel was cached"))
+    key = tmp_path / f"horovod-0.28.1-torch-{build._torch_version()}-cp{build.sys.version_info.major}{build.sys.version_info.minor}"
+    key.mkdir()
+    (key / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl").touch()
+    assert build.ensure_wheel("0.28.1") == key / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
+
+
+@pytest.mark.parametrize("pin", ["horovod", "horovod>=0.28", "torch==2.13.0", "horovod==latest"])
+def test_bad_pin_names_the_expected_form(pin):
+    with pytest.raises(SystemExit, match="expected 'horovod==<version>'"):
+        build._parse(pin)

@@ -1,0 +1,20 @@
+"""trainkit-horovod against trainkit.testing's conformance suite: the sum goes through Horovod's
+own Gloo all-reduce."""
+
+import torch
+
+from trainkit.testing import BackendConformance
+from trainkit_horovod import HorovodConfig
+
+
+def all_reduce_sum(value: float) -> float:
+    import horovod.torch as hvd
+
+    hvd.init()  # a no-op once initialized
+    return hvd.allreduce(torch.tensor([value]), op=hvd.Sum, name=f"sum{value}").item()
+
+
+class TestHorovodBackend(BackendConformance):
+    backend_config = HorovodConfig()
+    framework_modules = ("horovod", "torch")
+    all_reduce_sum = staticmethod(all_reduce_sum)
