@@ -8,6 +8,9 @@ import pytest
 import trainkit
 from trainkit import DataParallelTrainer, ScalingConfig
 from trainkit._internal import worker_group
+from trainkit.testing import requires
+
+pytestmark = requires(ray=">=2.50")  # bundle label selectors, respected since Ray 2.50 (ray-project/ray#55590)
 
 SLICES = ("slice-a", "slice-b")  # two v4 2x2x2 slices: 8 chips each, 2 hosts of 4 chips
 V4_SLICE = {"use_tpu": True, "topology": "2x2x2", "accelerator_type": "TPU-V4"}

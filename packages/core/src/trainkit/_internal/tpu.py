@@ -88,6 +88,9 @@ def claim_slices(shape: SliceShape, count: int, host_needs: dict[str, float], ti
     import ray
     from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 
+    if tuple(int(p) for p in ray.__version__.split(".")[:2]) < (2, 50):
+        raise RuntimeError(f"placing multi-host TPU slices needs Ray >= 2.50 (bundle label selectors); "
+                           f"this is Ray {ray.__version__}")
     deadline = time.monotonic() + timeout_s
     while len(free := free_slices(shape, host_needs)) < count and time.monotonic() < deadline:
         time.sleep(0.5)
