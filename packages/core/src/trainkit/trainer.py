@@ -61,8 +61,10 @@ class DataParallelTrainer:
                                        ("backend_config", backend_config, BackendConfig)):
             if value is not None and not isinstance(value, cls):
                 raise TypeError(f"{field_name} must be a trainkit.{cls.__name__}, got {type(value).__name__}")
-        if dataset_config is not None or validation_config is not None:
-            raise NotImplementedError("dataset_config and validation_config are not supported yet")
+        if dataset_config is not None:
+            raise NotImplementedError("dataset_config is not supported yet")
+        if validation_config is not None:
+            raise NotImplementedError("validation_config is not supported yet")
         self.train_loop_per_worker = train_loop_per_worker
         self.train_loop_config = train_loop_config
         self.backend_config = backend_config or BackendConfig()
