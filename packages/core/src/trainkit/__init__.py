@@ -20,6 +20,7 @@ from trainkit.backend import Backend, BackendConfig
 from trainkit.callbacks import RunContext, UserCallback
 from trainkit.checkpoint import Checkpoint, CheckpointIO
 from trainkit.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from trainkit.data import DataConfig
 from trainkit.context import get_all_reported_checkpoints, get_checkpoint, get_context, get_dataset_shard, report, shard
 from trainkit.hookspecs import hookimpl, hookspec
 from trainkit.result import Result, TrainingFailedError
@@ -35,6 +36,7 @@ __all__ = [
     "CheckpointCorruptError",
     "CheckpointIO",
     "CheckpointUploadMode",
+    "DataConfig",
     "DataParallelTrainer",
     "FailureConfig",
     "Result",

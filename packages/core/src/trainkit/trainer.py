@@ -6,7 +6,9 @@ import time
 from typing import Any, Callable
 
 from trainkit.backend import BackendConfig
+from trainkit._internal.ingest import Datasets
 from trainkit.config import RunConfig, ScalingConfig
+from trainkit.data import DataConfig
 from trainkit.result import Result
 
 __all__ = ["DataParallelTrainer", "Trainer"]
@@ -61,8 +63,8 @@ class DataParallelTrainer:
                                        ("backend_config", backend_config, BackendConfig)):
             if value is not None and not isinstance(value, cls):
                 raise TypeError(f"{field_name} must be a trainkit.{cls.__name__}, got {type(value).__name__}")
-        if dataset_config is not None:
-            raise NotImplementedError("dataset_config is not supported yet")
+        self._datasets = Datasets({} if datasets is None else datasets,
+                                  DataConfig() if dataset_config is None else dataset_config)
         if validation_config is not None:
             raise NotImplementedError("validation_config is not supported yet")
         self.train_loop_per_worker = train_loop_per_worker
@@ -87,7 +89,7 @@ class DataParallelTrainer:
         controller = Controller(
             train_fn=self.train_loop_per_worker, train_loop_config=self.train_loop_config,
             backend_config=self.backend_config, scaling_config=self.scaling_config,
-            run_config=self.run_config, datasets=self.datasets,
+            run_config=self.run_config, datasets=self._datasets,
             default_name=f"{type(self).__name__}_{time.strftime('%Y-%m-%d_%H-%M-%S')}")
         result = controller.run()
         if result.error is not None:

@@ -12,6 +12,7 @@ from typing import Any, Callable
 from trainkit._internal import storage as storage_mod
 from trainkit._internal.display import Display
 from trainkit._internal.events import Failed, Finished, Output, Report
+from trainkit._internal.ingest import datasets_per_rank
 from trainkit._internal import faults
 from trainkit._internal.lock import RunLock
 from trainkit._internal.retry import StorageError
@@ -225,9 +226,10 @@ class Controller:
             marks.update(group.marks, backend=time.monotonic())
             import ray
 
+            shards = datasets_per_rank(self.datasets, [w.node_id for w in group.workers])
             import_s = ray.get([w.actor.start.remote(self.train_fn, self.train_loop_config, self.backend_config,
                                                      self.storage, self.state.next_report_index,
-                                                     self._latest_checkpoint(), self.datasets)
+                                                     self._latest_checkpoint(), shards[w.world_rank])
                                 for w in group.workers])
             marks["launch"] = time.monotonic()
             self._start_marks, self._import_s = marks, [s for s in import_s if s is not None]
@@ -338,7 +340,7 @@ class Controller:
                                experiment_name=self.storage.name, attempt=self.state.attempt, storage=self.storage)
         # The training and upload threads both report; the session hands reports over one at a time.
         session = Session(context, self.storage, self._on_report, next_index=self.state.next_report_index,
-                          checkpoint=self._latest_checkpoint(), datasets=self.datasets)
+                          checkpoint=self._latest_checkpoint(), datasets=datasets_per_rank(self.datasets, [None])[0])
         backend = self.backend_config.backend_cls()
         outcome = _Attempt()
         set_session(session)
