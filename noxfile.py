@@ -90,7 +90,7 @@ def _matrix(package: Path) -> list[dict]:
 
 def _install_core(session: nox.Session, *pins: str) -> None:
     session.install(*TEST_DEPS, *pins)
-    session.install("-e", str(CORE), *pins)
+    session.install("-e", f"{CORE}[data,tune]", *pins)  # core tests cover Ray Data ingest and Tune
 
 
 def _pytest(session: nox.Session, *args: str) -> None:
