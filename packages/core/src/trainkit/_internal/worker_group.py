@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from trainkit._internal import net, tpu
 from trainkit._internal.plugins import get_plugins
+from trainkit._internal.reservation import reserved_bundles
 from trainkit._internal.session import TrainContext
 from trainkit._internal.worker import Worker
 from trainkit.config import ScalingConfig
@@ -71,8 +72,11 @@ class WorkerGroup:
                                      "Lower num_workers or free a slice.") from None
         selectors = [{**(scaling.label_selector or {}), **({tpu.SLICE_NAME: slice_names[i // per_slice]}
                                                           if slice_names else {})} for i in range(num_workers)]
-        pg = placement_group([resources] * num_workers, strategy=scaling.placement_strategy,
-                             **({"bundle_label_selector": selectors} if any(selectors) else {}))
+        reserved = None if slice_names or any(selectors) else reserved_bundles(num_workers, resources)
+        pg = reserved.placement_group if reserved else placement_group(
+            [resources] * num_workers, strategy=scaling.placement_strategy,
+            **({"bundle_label_selector": selectors} if any(selectors) else {}))
+        first_bundle = reserved.first_bundle if reserved else 0
         marks: dict[str, float] = {}
         try:
             ray.get(pg.ready(), timeout=PLACEMENT_TIMEOUT_S)
@@ -91,7 +95,7 @@ class WorkerGroup:
         worker_hooks = bool(hooks.trainkit_worker_start.get_hookimpls() or hooks.trainkit_worker_stop.get_hookimpls())
         remote_worker, options = ray.remote(Worker), _actor_options(resources)
         actors = [
-            remote_worker.options(**options, scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i))
+            remote_worker.options(**options, scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=first_bundle + i))
             .remote(prewarm_modules)
             for i in range(num_workers)
         ]
@@ -101,7 +105,7 @@ class WorkerGroup:
             driver_node = ray.get_runtime_context().get_node_id()
             workers = _assign_ranks(actors, infos, lambda info, i: tpu.rank_order(info, slice_names) if slice_names
                                     else (info["node_id"] != driver_node, i))
-            group = cls(workers, pg, marks)
+            group = cls(workers, None if reserved else pg, marks)  # a trial's reservation stays the trial's
             node_sizes = {w.node_rank: 0 for w in workers}
             for w in workers:
                 node_sizes[w.node_rank] += 1
@@ -122,7 +126,8 @@ class WorkerGroup:
         except BaseException:
             for a in actors:
                 ray.kill(a, no_restart=True)
-            remove_placement_group(pg)
+            if not reserved:
+                remove_placement_group(pg)
             raise
         return group
 
@@ -177,7 +182,8 @@ class WorkerGroup:
                 pass
         for w in self.workers:
             ray.kill(w.actor, no_restart=True)
-        remove_placement_group(self._placement_group)
+        if self._placement_group is not None:
+            remove_placement_group(self._placement_group)
 
 
 def _assign_ranks(actors: list[Any], infos: list[dict], node_key: Callable[[dict, int], Any]) -> list[WorkerInfo]:
