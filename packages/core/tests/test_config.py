@@ -47,7 +47,7 @@ def test_tpu_slices_shape_the_workers():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"num_workers": 3, **V4}, "num_workers=3 is invalid: expected a multiple of 2"),
-    ({"num_workers": (2, 3), **V4}, r"num_workers=\(2, 3\) is invalid: expected a multiple of 2"),
+    ({"num_workers": (2, 4), **V4}, r"num_workers=\(2, 4\) is invalid: expected a fixed number"),
     ({"num_workers": 2, "use_tpu": True}, "topology=None is invalid: expected a TPU topology"),
     ({**V4, "accelerator_type": "A100"}, "accelerator_type='A100' is invalid with use_tpu=True: expected one of TPU-V2"),
     ({**V4, "topology": "2by2"}, "topology='2by2' is invalid"),

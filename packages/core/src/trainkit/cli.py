@@ -86,6 +86,8 @@ def _show(args: argparse.Namespace) -> int:
              f"attempts     {run['attempts']}   reports {run['reports']}",
              f"created      {_when(run['created'])}   updated {_when(run['updated'])}",
              f"last metrics {_metrics(run['last_metrics'], limit=8)}"]
+    if len(set(run["world_sizes"])) > 1:  # an elastic run resized
+        lines.append("world sizes  " + " -> ".join(map(str, run["world_sizes"])))
     if run["start_profile"]:
         lines.append("start        " + "  ".join(f"{phase} {s:.2f}s" for phase, s in run["start_profile"].items()))
     if run["error"]:

@@ -133,6 +133,9 @@ class ScalingConfig:
             return
         if self.use_gpu:
             raise _bad("use_tpu", True, "not together with use_gpu=True")
+        if self.elastic:
+            raise _bad("num_workers", self.num_workers, "a fixed number of workers with use_tpu=True "
+                       "(elastic TPU runs are not supported)")
         if self.resources_per_worker is not None and not tpus:
             raise _bad("resources_per_worker", self.resources_per_worker, 'a "TPU" amount > 0 when use_tpu=True')
         shape = self.tpu_slice
@@ -145,10 +148,9 @@ class ScalingConfig:
         if shape.chips % per_worker:
             raise _bad('resources_per_worker["TPU"]', per_worker,
                        f"a divisor of the {shape.chips} chips of a {self.topology} slice")
-        for field_name, count in (("num_workers", self.min_workers), ("num_workers", self.max_workers)):
-            if count % self.workers_per_slice:
-                raise _bad(field_name, self.num_workers, f"a multiple of {self.workers_per_slice}, the workers of "
-                           f"one {self.topology} {self.accelerator_type} slice: slices are used whole")
+        if self.max_workers % self.workers_per_slice:
+            raise _bad("num_workers", self.num_workers, f"a multiple of {self.workers_per_slice}, the workers of "
+                       f"one {self.topology} {self.accelerator_type} slice: slices are used whole")
 
     @property
     def tpu_slice(self) -> tpu.SliceShape | None:

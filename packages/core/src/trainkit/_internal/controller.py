@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -30,6 +31,7 @@ from trainkit.result import Result, TrainingFailedError
 logger = logging.getLogger("trainkit")
 
 POLL_S = 2.0  # a worker answers a poll at least this often (heartbeat)
+ELASTIC_PLACEMENT_S = 10.0  # an elastic start waits this long for more than min_workers, then tries fewer
 
 
 @dataclass
@@ -37,6 +39,7 @@ class _Attempt:
     error: TrainingFailedError | None = None
     return_value: Any = None
     worker_errors: dict[int, BaseException] = field(default_factory=dict)
+    resize_to: int | None = None  # elastic: stopped to restart at this size (resources returned)
 
 
 def _training_error(event: Failed) -> TrainingFailedError:
@@ -131,10 +134,17 @@ class Controller:
         state, storage = self.state, self.storage
         self.display.start()
         failures, max_failures = 0, self.run_config.failure_config.max_failures
+        size = None  # elastic: the size to try first (None: what fits)
         try:
             while True:
                 self._callbacks("on_run_start", self._run_context())
-                outcome = self._run_attempt()
+                outcome = self._run_attempt(size)
+                size = outcome.resize_to
+                if size is not None:
+                    self.display.note(f"resources returned: restarting with {size} workers from "
+                                      f"{state.latest_checkpoint or 'scratch'}")
+                    self._next_attempt()
+                    continue
                 if outcome.error is None:
                     state.status = "finished"
                     break
@@ -151,11 +161,7 @@ class Controller:
                     break
                 self.display.note(f"attempt {state.attempt} failed ({str(err).splitlines()[0]}); "
                                   f"restarting from {state.latest_checkpoint or 'scratch'}")
-                state.attempt += 1
-                self._pending.clear()
-                self._acks.clear()
-                self._select_resume_checkpoint()
-                state.save(storage)
+                self._next_attempt()
         finally:
             self.display.stop()
         try:
@@ -176,6 +182,13 @@ class Controller:
         self.display.summary(result, attempts=failures + (outcome.error is None),
                              checkpoint_config=self.run_config.checkpoint_config)
         return result
+
+    def _next_attempt(self) -> None:
+        self.state.attempt += 1
+        self._pending.clear()
+        self._acks.clear()
+        self._select_resume_checkpoint()
+        self.state.save(self.storage)
 
     def _last_logged_index(self) -> int:
         text = self.storage.read_text(storage_mod.METRICS) or ""
@@ -201,13 +214,31 @@ class Controller:
         return Checkpoint(self.storage.path(name), self.storage.fs) if name else None
 
     # -- one attempt -----------------------------------------------------------------------------
-    def _run_attempt(self) -> _Attempt:
+    def _start_group(self, size: int | None) -> Any:
+        """The attempt's worker group: ``max_workers``, or for an elastic run the most that fit
+        (``size`` first when given), at least ``min_workers``, smaller while placement times out."""
+        from trainkit._internal import elastic, worker_group
+
+        scaling = self.scaling
+        start = functools.partial(worker_group.WorkerGroup.start, scaling, run_name=self.storage.name,
+                                  attempt=self.state.attempt, storage=self.storage,
+                                  env={**_forwarded_env(), "TRAINKIT_VERBOSE": str(self.display.verbose)},
+                                  prewarm_modules=self.backend_config.prewarm_modules)
+        if not scaling.elastic:
+            return start(scaling.max_workers)
+        fit = lambda: elastic.workers_that_fit(scaling.worker_resources)  # noqa: E731
+        n = max(scaling.min_workers, min(scaling.max_workers, size or fit()))
+        while True:
+            try:
+                return start(n, placement_timeout_s=None if n == scaling.min_workers else ELASTIC_PLACEMENT_S)
+            except worker_group.PlacementError:
+                if n == scaling.min_workers:
+                    raise
+                n = max(scaling.min_workers, min(n - 1, fit()))
+
+    def _run_attempt(self, size: int | None = None) -> _Attempt:
         if self.scaling.local_mode:
             return self._run_local()
-        from trainkit._internal.worker_group import WorkerGroup
-
-        num_workers = self.scaling.max_workers
-        self._world_size = num_workers
         self.display.update(attempt=self.state.attempt, workers=0)
         backend = self.backend_config.backend_cls()
         outcome = _Attempt()
@@ -215,10 +246,9 @@ class Controller:
         marks = {"begin": time.monotonic()}
         self._start_marks, self._import_s = {}, []
         try:
-            group = WorkerGroup.start(self.scaling, num_workers, run_name=self.storage.name,
-                                      attempt=self.state.attempt, storage=self.storage,
-                                      env={**_forwarded_env(), "TRAINKIT_VERBOSE": str(self.display.verbose)},
-                                      prewarm_modules=self.backend_config.prewarm_modules)
+            group = self._start_group(size)
+            num_workers = self._world_size = len(group)
+            self.state.world_sizes.append(num_workers)
             self.plugins.hook.trainkit_setup_accelerators(worker_group=group, scaling_config=self.scaling,
                                                           backend_config=self.backend_config)
             backend.on_start(group, self.backend_config)
@@ -236,7 +266,7 @@ class Controller:
             self._record_start_profile()
             self.display.update(workers=num_workers)
             outcome = self._watch(group)
-            if outcome.error is None:
+            if outcome.error is None and outcome.resize_to is None:
                 try:
                     backend.on_shutdown(group, self.backend_config)
                 except Exception as exc:  # noqa: BLE001 - training finished; a teardown error is no reason to rerun
@@ -250,7 +280,7 @@ class Controller:
                 outcome.error.__cause__ = exc
         finally:
             if group is not None:
-                group.shutdown(graceful=outcome.error is None)
+                group.shutdown(graceful=outcome.error is None and outcome.resize_to is None)
         return outcome
 
     def _watch(self, group: Any) -> _Attempt:
@@ -267,7 +297,9 @@ class Controller:
 
         for rank in running:
             poll(rank)
-        while running and outcome.error is None:
+        can_grow = self.scaling.elastic and len(group) < self.scaling.max_workers
+        next_check = time.monotonic() + self.scaling.elastic_resize_monitor_interval_s
+        while running and outcome.error is None and outcome.resize_to is None:
             ready, rest = ray.wait(list(refs), num_returns=1, timeout=min(POLL_S, timeout_s))
             if ready and rest:  # every rank that answered, not just the first: none looks hung
                 ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
@@ -305,8 +337,14 @@ class Controller:
                 outcome.error = TrainingFailedError(
                     f"rank(s) {hung} stopped responding for more than {timeout_s:g} s "
                     "(FailureConfig.worker_timeout_s)", rank=hung[0], error_type="WorkerHung")
-        if outcome.error is not None:
-            self._salvage_reports(group, refs, failed=outcome.error.rank)
+            if can_grow and running and now >= next_check and outcome.error is None:
+                from trainkit._internal.elastic import workers_that_fit
+
+                next_check = now + self.scaling.elastic_resize_monitor_interval_s
+                if extra := workers_that_fit(self.scaling.worker_resources):
+                    outcome.resize_to = min(self.scaling.max_workers, len(group) + extra)
+        if outcome.error is not None or outcome.resize_to is not None:
+            self._salvage_reports(group, refs, failed=outcome.error.rank if outcome.error else None)
             return outcome
         self._warn_unmatched_reports()
         return outcome

@@ -59,6 +59,7 @@ class RunState:
     latest_checkpoint: str | None = None
     last_metrics: dict[str, Any] | None = None
     failures: list[dict[str, Any]] = field(default_factory=list)
+    world_sizes: list[int] = field(default_factory=list)  # each attempt's workers (elastic runs resize)
     start_profile: dict[str, float] = field(default_factory=dict)  # the latest attempt's: start_profile()
     created: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)

@@ -53,7 +53,7 @@ def describe_run(run_path: str, metric: str | None = None, mode: str = "max") ->
     return {"name": state.name, "path": path, "status": state.status, "backend": state.backend,
             "num_workers": state.num_workers, "attempts": state.attempt + 1, "reports": state.next_report_index,
             "created": state.created, "updated": state.updated, "error": state.error,
-            "failures": state.failures, "last_metrics": state.last_metrics or {}, "checkpoints": checkpoints,
+            "failures": state.failures, "world_sizes": state.world_sizes, "last_metrics": state.last_metrics or {}, "checkpoints": checkpoints,
             "start_profile": {phase: state.start_profile[phase] for phase in START_PHASES if phase in state.start_profile},
             "best_checkpoint": best and {**best, "by": metric or "latest"}}
 

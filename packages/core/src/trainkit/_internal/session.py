@@ -95,6 +95,8 @@ class Session:
         self.next_index = next_index
         self.checkpoint = checkpoint
         self.datasets = datasets or {}
+        self.rendezvous: Any = None  # trainkit.collective's actor handle, made by the first call
+        self.collective_calls = 0
         self._uploader: ThreadPoolExecutor | None = None
         self._pending: list[Future] = []
         self._committed: dict[int, tuple[Checkpoint, dict]] = {}

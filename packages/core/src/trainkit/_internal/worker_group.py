@@ -54,19 +54,22 @@ class WorkerGroup:
 
     @classmethod
     def start(cls, scaling: ScalingConfig, num_workers: int, *, run_name: str, attempt: int,
-              storage: Any, env: dict[str, str] | None = None,
-              prewarm_modules: tuple[str, ...] = ()) -> "WorkerGroup":
+              storage: Any, env: dict[str, str] | None = None, prewarm_modules: tuple[str, ...] = (),
+              placement_timeout_s: float | None = None) -> "WorkerGroup":
+        """``num_workers`` actors, placed within ``placement_timeout_s`` (default
+        ``TRAINKIT_PLACEMENT_TIMEOUT_S``, 60 s) or PlacementError."""
         import ray
         from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        timeout_s = placement_timeout_s or PLACEMENT_TIMEOUT_S
         resources = scaling.worker_resources
         shape, per_slice = scaling.tpu_slice, scaling.workers_per_slice
         slice_names, claims = [], []
         if shape and shape.hosts > 1:  # a multi-host TPU slice is only usable whole: claim slices first
             try:
                 host_needs = {k: v * per_slice / shape.hosts for k, v in resources.items()}
-                slice_names, claims = tpu.claim_slices(shape, num_workers // per_slice, host_needs, PLACEMENT_TIMEOUT_S)
+                slice_names, claims = tpu.claim_slices(shape, num_workers // per_slice, host_needs, timeout_s)
             except TimeoutError as exc:
                 raise PlacementError(f"could not place {num_workers} workers on whole TPU slices: {exc}. "
                                      "Lower num_workers or free a slice.") from None
@@ -79,13 +82,13 @@ class WorkerGroup:
         first_bundle = reserved.first_bundle if reserved else 0
         marks: dict[str, float] = {}
         try:
-            ray.get(pg.ready(), timeout=PLACEMENT_TIMEOUT_S)
+            ray.get(pg.ready(), timeout=timeout_s)
             marks["placement"] = time.monotonic()
         except ray.exceptions.GetTimeoutError:
             remove_placement_group(pg)
             raise PlacementError(
                 f"could not place {num_workers} workers with {resources} each "
-                f"({scaling.placement_strategy}) within {PLACEMENT_TIMEOUT_S:.0f} s; the cluster has "
+                f"({scaling.placement_strategy}) within {timeout_s:.0f} s; the cluster has "
                 f"{ray.available_resources()} available. Lower num_workers or resources_per_worker."
             ) from None
         finally:
