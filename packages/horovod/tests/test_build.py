@@ -19,7 +19,8 @@ def test_patch_raises_both_cmake_files_to_cxx17(tmp_path):
 def test_a_cached_wheel_is_reused_without_building(tmp_path, monkeypatch):
     monkeypatch.setenv("TRAINKIT_HOROVOD_CACHE", str(tmp_path))
     monkeypatch.setattr(build, "build", lambda *a: pytest.fail("built although a wheel was cached"))
-    key = tmp_path / f"horovod-0.28.1-torch-{build._torch_version()}-cp{build.sys.version_info.major}{build.sys.version_info.minor}"
+    python = f"cp{build.sys.version_info.major}{build.sys.version_info.minor}"
+    key = tmp_path / f"horovod-0.28.1-torch-{build._torch_version()}-{python}"
     key.mkdir()
     (key / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl").touch()
     assert build.ensure_wheel("0.28.1") == key / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"

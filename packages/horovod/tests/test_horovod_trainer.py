@@ -73,23 +73,24 @@ def test_all_reduce_and_identical_weights_across_ranks(ray_cluster, run_config):
 
 
 def resumable_fn(config):
-    """Counts steps in its checkpoint; the first attempt's rank 1 fails after step 2 when asked."""
+    """Counts steps in its checkpoint; the first attempt's rank 1 fails at step ``fail_at`` when asked."""
     import horovod.torch as hvd
 
     hvd.init()
-    step = 0
-    if checkpoint := trainkit.get_checkpoint():
+    checkpoint, step = trainkit.get_checkpoint(), 0
+    if checkpoint:
         step = int(Path(checkpoint.path, "step.txt").read_text())
-    attempt = hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum, name="alive").item()
+    alive = hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum, name="alive").item()
     while step < config["steps"]:
         step += 1
-        if config.get("fail_at") == step and trainkit.get_checkpoint() is None and hvd.rank() == 1:
+        if config.get("fail_at") == step and checkpoint is None and hvd.rank() == 1:
             raise RuntimeError("injected failure")
         total = hvd.allreduce(torch.tensor([float(step)]), op=hvd.Sum, name=f"step{step}").item()
+        metrics = {"step": step, "total": total, "alive": alive, "resumed": checkpoint is not None}
         with tempfile.TemporaryDirectory() as directory:
             Path(directory, "step.txt").write_text(str(step))
-            trainkit.report({"step": step, "total": total, "alive": attempt, "resumed": trainkit.get_checkpoint() is not None},
-                            checkpoint=trainkit.Checkpoint.from_directory(directory) if hvd.rank() == 0 else None)
+            saved = trainkit.Checkpoint.from_directory(directory) if hvd.rank() == 0 else None  # rank 0 saves
+            trainkit.report(metrics, checkpoint=saved)
 
 
 def test_restarted_attempt_initializes_horovod_again_and_resumes(ray_cluster, run_config):
@@ -138,7 +139,8 @@ def test_local_mode_is_a_single_horovod_process(run_config):
 
 
 @pytest.mark.parametrize("kwargs, field", [({"nics": "eth0"}, "nics"), ({"nics": set()}, "nics"),
-                                            ({"timeout_s": 0}, "timeout_s"), ({"verbose": 2}, "verbose")])
+                                            ({"timeout_s": 0}, "timeout_s"), ({"verbose": -1}, "verbose"),
+                                            ({"verbose": 0.5}, "verbose")])
 def test_bad_config_names_the_field(kwargs, field):
     with pytest.raises(ValueError, match=rf"^{field}="):
         HorovodConfig(**kwargs)

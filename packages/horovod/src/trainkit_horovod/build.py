@@ -81,7 +81,7 @@ def build(version: str, into: Path) -> Path:
         _pip("download", "-q", "--no-deps", "--no-binary", ":all:", f"horovod=={version}", "-d", tmp)
         (sdist,) = glob.glob(os.path.join(tmp, f"horovod-{version}.tar.gz"))
         with tarfile.open(sdist) as tar:
-            tar.extractall(tmp, filter="data")
+            tar.extractall(tmp, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))  # 3.10.12+
         source = Path(tmp) / f"horovod-{version}"
         patch(source)
         wheels = Path(tmp) / "wheel"

@@ -28,7 +28,7 @@ class HorovodConfig(BackendConfig):
         nics: network interfaces Gloo may use (the first one is used); None picks, on every worker,
             the interface that holds the address the other workers reach it at (loopback on one node).
         timeout_s: how long ``hvd.init()`` waits for every rank at the rendezvous.
-        verbose: log every rendezvous request (Horovod's HTTP server), 0 or 1.
+        verbose: above 0, Horovod's rendezvous server logs every request.
 
     Example::
 
@@ -48,8 +48,8 @@ class HorovodConfig(BackendConfig):
                              "names, e.g. {'eth0'}")
         if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or self.timeout_s <= 0:
             raise ValueError(f"timeout_s={self.timeout_s!r} is invalid: expected a number > 0")
-        if self.verbose not in (0, 1) or isinstance(self.verbose, float):
-            raise ValueError(f"verbose={self.verbose!r} is invalid: expected 0 or 1")
+        if isinstance(self.verbose, bool) or not isinstance(self.verbose, int) or self.verbose < 0:
+            raise ValueError(f"verbose={self.verbose!r} is invalid: expected an int >= 0")
         require_horovod()
 
     @property
