@@ -25,6 +25,7 @@ from trainkit.context import get_all_reported_checkpoints, get_checkpoint, get_c
 from trainkit.hookspecs import hookimpl, hookspec
 from trainkit.result import Result, TrainingFailedError
 from trainkit.trainer import DataParallelTrainer, Trainer
+from trainkit.validation import ValidationConfig, ValidationTaskConfig
 from trainkit import collective  # noqa: E402 - after the names it uses
 
 __version__ = "0.1.0"
@@ -50,6 +51,8 @@ __all__ = [
     "Trainer",
     "TrainingFailedError",
     "UserCallback",
+    "ValidationConfig",
+    "ValidationTaskConfig",
     "collective",
     "get_all_reported_checkpoints",
     "get_checkpoint",

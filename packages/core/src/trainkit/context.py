@@ -24,6 +24,8 @@ def report(
     Never waits for the driver. Every rank must call ``report()`` the same number of times; the
     driver consolidates report *i* once all ranks made it, keeps rank 0's metrics, and commits the
     checkpoint files that any rank attached. Metrics policy: see ``trainkit._internal.metrics``.
+    ``validation=True`` (or a ``ValidationTaskConfig``; rank 0's counts) has the trainer's
+    ``ValidationConfig.fn`` score the checkpoint once committed, without waiting for it.
 
     Example::
 
@@ -33,11 +35,9 @@ def report(
                 torch.save(model.state_dict(), f"{tmp}/model.pt")
                 trainkit.report({"epoch": epoch, "loss": loss}, checkpoint=Checkpoint.from_directory(tmp))
     """
-    if validation is not None:
-        raise NotImplementedError("report(validation=...) is not supported yet")
     get_session("report").report(
         metrics, checkpoint, checkpoint_dir_name, checkpoint_upload_mode,
-        delete_local_checkpoint_after_upload, checkpoint_upload_fn)
+        delete_local_checkpoint_after_upload, checkpoint_upload_fn, validation)
 
 
 def get_context() -> TrainContext:

@@ -10,6 +10,7 @@ from trainkit._internal.ingest import Datasets
 from trainkit.config import RunConfig, ScalingConfig
 from trainkit.data import DataConfig
 from trainkit.result import Result
+from trainkit.validation import ValidationConfig
 
 __all__ = ["DataParallelTrainer", "Trainer"]
 
@@ -52,7 +53,7 @@ class DataParallelTrainer:
         run_config: RunConfig | None = None,
         datasets: dict[str, Any] | None = None,
         dataset_config: Any = None,
-        validation_config: Any = None,
+        validation_config: ValidationConfig | None = None,
     ):
         if not callable(train_loop_per_worker):
             raise TypeError(f"train_loop_per_worker must be callable, got {type(train_loop_per_worker).__name__}")
@@ -65,14 +66,15 @@ class DataParallelTrainer:
                 raise TypeError(f"{field_name} must be a trainkit.{cls.__name__}, got {type(value).__name__}")
         self._datasets = Datasets({} if datasets is None else datasets,
                                   DataConfig() if dataset_config is None else dataset_config)
-        if validation_config is not None:
-            raise NotImplementedError("validation_config is not supported yet")
+        if validation_config is not None and not isinstance(validation_config, ValidationConfig):
+            raise TypeError(f"validation_config must be a trainkit.ValidationConfig, got {type(validation_config).__name__}")
         self.train_loop_per_worker = train_loop_per_worker
         self.train_loop_config = train_loop_config
         self.backend_config = backend_config or BackendConfig()
         self.scaling_config = scaling_config or ScalingConfig()
         self.run_config = run_config or RunConfig()
         self.datasets = datasets
+        self.validation_config = validation_config
 
     def fit(self) -> Result:
         """Run training to the end and return its ``Result``.
@@ -89,7 +91,7 @@ class DataParallelTrainer:
         controller = Controller(
             train_fn=self.train_loop_per_worker, train_loop_config=self.train_loop_config,
             backend_config=self.backend_config, scaling_config=self.scaling_config,
-            run_config=self.run_config, datasets=self._datasets,
+            run_config=self.run_config, datasets=self._datasets, validation_config=self.validation_config,
             default_name=f"{type(self).__name__}_{time.strftime('%Y-%m-%d_%H-%M-%S')}")
         result = controller.run()
         if result.error is not None:

@@ -21,12 +21,14 @@ from trainkit._internal.plugins import get_plugins
 from trainkit._internal.run_state import CheckpointRecord, RunState, start_profile
 from trainkit._internal.session import SALVAGE_S, Session, TrainContext, set_session
 from trainkit._internal.storage import FileEntry, RunStorage
+from trainkit._internal.validation import Validator
 from trainkit._internal.worker import call_train_fn, failure_event
 from trainkit.backend import BackendConfig
 from trainkit.callbacks import RunContext
 from trainkit.checkpoint import Checkpoint
 from trainkit.config import RunConfig, ScalingConfig
 from trainkit.result import Result, TrainingFailedError
+from trainkit.validation import ValidationConfig
 
 logger = logging.getLogger("trainkit")
 
@@ -58,7 +60,7 @@ def _forwarded_env() -> dict[str, str]:
 class Controller:
     def __init__(self, *, train_fn: Callable, train_loop_config: dict | None, backend_config: BackendConfig,
                  scaling_config: ScalingConfig, run_config: RunConfig, datasets: dict[str, Any] | None,
-                 default_name: str):
+                 default_name: str, validation_config: ValidationConfig | None = None):
         self.train_fn = train_fn
         self.train_loop_config = train_loop_config
         self.backend_config = backend_config
@@ -72,6 +74,7 @@ class Controller:
         self.callbacks = [*run_config.callbacks, *(
             callback for added in self.plugins.hook.trainkit_default_callbacks(run_config=run_config)
             for callback in added or ())]
+        self.validator = validation_config and Validator(validation_config, use_ray=not scaling_config.local_mode)
         self.state: RunState | None = None
         self.resumed_from: str | None = None
         self._pending: dict[int, dict[int, Report]] = {}
@@ -164,6 +167,9 @@ class Controller:
                 self._next_attempt()
         finally:
             self.display.stop()
+        if self.validator:
+            self._merge_validations(wait_all=True)
+            self.validator.shutdown()
         try:
             # A killed attempt's worker can still be writing a temporary checkpoint dir for a moment
             # after the next attempt's start swept them; by now it is long gone.
@@ -301,6 +307,8 @@ class Controller:
         next_check = time.monotonic() + self.scaling.elastic_resize_monitor_interval_s
         while running and outcome.error is None and outcome.resize_to is None:
             ready, rest = ray.wait(list(refs), num_returns=1, timeout=min(POLL_S, timeout_s))
+            if self.validator:
+                self._merge_validations()
             if ready and rest:  # every rank that answered, not just the first: none looks hung
                 ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
             now = time.monotonic()
@@ -425,6 +433,11 @@ class Controller:
         """
         state, storage = self.state, self.storage
         metrics = reports[0].metrics
+        validation = reports[0].validation
+        if validation is not None and self.validator is None:
+            raise ValueError("report(validation=...) needs the trainer's validation_config=trainkit.ValidationConfig(fn)")
+        if self.validator and self._local_session is not None:
+            self._merge_validations()  # local mode has no watch loop: merge what finished
         checkpoint, name = None, None
         with_files = [r for r in reports.values() if r.tmp_path]
         if with_files:
@@ -451,7 +464,10 @@ class Controller:
             faults.point("before_state", index=index)
             # The restore source stays through this attempt's first commit (its ranks may still be
             # reading it when they report); after that every rank has moved past it.
-            dropped = state.apply_retention(self.run_config.checkpoint_config, {self.resumed_from} - {None})
+            if validation is not None:
+                self.validator.submit(name, checkpoint, None if validation is True else validation)
+            keep = self._protected() | {self.resumed_from} - {None}
+            dropped = state.apply_retention(self.run_config.checkpoint_config, keep)
             self.resumed_from = None
             state.save(storage)
             faults.point("before_retention", index=index)
@@ -467,6 +483,27 @@ class Controller:
         self.plugins.hook.trainkit_after_report(run_name=storage.name, index=index, metrics=metrics,
                                                 all_metrics=all_metrics, checkpoint=checkpoint)
         self._callbacks("after_report", self._run_context(), all_metrics, checkpoint)
+
+    def _protected(self) -> set[str]:
+        """Checkpoints retention must keep for now: those waiting for their validation."""
+        return self.validator.pending if self.validator else set()
+
+    def _merge_validations(self, wait_all: bool = False) -> None:
+        """Merge finished validations into their checkpoints' metrics, then re-apply retention
+        (a validated checkpoint is ranked by its new metrics)."""
+        finished = self.validator.finished(wait_all)
+        if not finished:
+            return
+        records = {record.name: record for record in self.state.checkpoints}
+        for name, metrics in finished:
+            self.display.note(f"validated {name}: {metrics}")
+            if name in records:  # else a retention already dropped it: nothing to rank
+                records[name].metrics = {**records[name].metrics, **metrics}
+        keep = self._protected() | {self.resumed_from} - {None}
+        dropped = self.state.apply_retention(self.run_config.checkpoint_config, keep)
+        self.state.save(self.storage)
+        for record in dropped:
+            self.storage.delete_dir(self.storage.path(record.name))
 
     def _warn_unmatched_reports(self) -> None:
         for index, reports in sorted(self._pending.items()):

@@ -16,6 +16,7 @@ class Report:
     checkpoint_name: str | None = None
     tmp_path: str | None = None
     files: list[FileEntry] = field(default_factory=list)
+    validation: Any = None  # True or a ValidationTaskConfig: validate this report's checkpoint
 
 
 @dataclass

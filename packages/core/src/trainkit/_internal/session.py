@@ -77,6 +77,19 @@ class TrainContext:
         return self.storage
 
 
+def _check_validation(validation: Any, checkpoint: Checkpoint | None) -> Any:
+    """None, or what to validate the checkpoint with: True or a ValidationTaskConfig."""
+    from trainkit.validation import ValidationTaskConfig
+
+    if validation is None or validation is False:
+        return None
+    if validation is not True and not isinstance(validation, ValidationTaskConfig):
+        raise TypeError(f"validation={validation!r} is invalid: expected True, False or a trainkit.ValidationTaskConfig")
+    if checkpoint is None:
+        raise ValueError("report(validation=...) validates the reported checkpoint: pass checkpoint= too")
+    return validation
+
+
 class Session:
     def __init__(
         self,
@@ -112,8 +125,10 @@ class Session:
         checkpoint_upload_mode: CheckpointUploadMode = CheckpointUploadMode.SYNC,
         delete_local_checkpoint_after_upload: bool | None = None,
         checkpoint_upload_fn: Callable[[Checkpoint, str], Checkpoint] | None = None,
+        validation: Any = None,
     ) -> None:
         self._raise_upload_errors()
+        validation = _check_validation(validation, checkpoint)
         metrics = validate_metrics(metrics)
         mode = CheckpointUploadMode(checkpoint_upload_mode)
         if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
@@ -137,7 +152,7 @@ class Session:
         def finish(files: list[storage_mod.FileEntry]) -> None:
             if delete_local_checkpoint_after_upload and mode is not CheckpointUploadMode.NO_UPLOAD:
                 shutil.rmtree(checkpoint.path, ignore_errors=True)
-            self._hand_over(Report(rank, index, metrics, name, tmp_path, files))
+            self._hand_over(Report(rank, index, metrics, name, tmp_path, files, validation))
 
         def upload() -> None:
             if mode is CheckpointUploadMode.NO_UPLOAD:
