@@ -16,7 +16,7 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 __all__ = ["ValidationConfig", "ValidationTaskConfig"]
@@ -29,7 +29,8 @@ def _bad(field_name: str, value: Any, allowed: str) -> ValueError:
 @dataclass(frozen=True)
 class ValidationTaskConfig:
     """One validation's settings; ``report(validation=ValidationTaskConfig(...))`` overrides the
-    trainer's ``ValidationConfig.task_config`` for that checkpoint.
+    trainer's ``ValidationConfig.task_config`` for that checkpoint (its ``fn_kwargs`` update the
+    default ones; its ``timeout_s``, when set, replaces the default).
 
     Attributes:
         fn_kwargs: keyword arguments for the validation function.
@@ -37,10 +38,11 @@ class ValidationTaskConfig:
             metrics then get ``validation_error``.
     """
 
-    fn_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    fn_kwargs: Mapping[str, Any] | None = None
     timeout_s: float | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "fn_kwargs", {} if self.fn_kwargs is None else self.fn_kwargs)
         if not isinstance(self.fn_kwargs, Mapping) or not all(isinstance(k, str) for k in self.fn_kwargs):
             raise _bad("fn_kwargs", self.fn_kwargs, "a dict of keyword arguments")
         if self.timeout_s is not None and (isinstance(self.timeout_s, bool) or not isinstance(
@@ -66,10 +68,14 @@ class ValidationConfig:
     """
 
     fn: Callable[..., Mapping[str, Any]]
-    task_config: ValidationTaskConfig = field(default_factory=ValidationTaskConfig)
-    ray_remote_kwargs: Mapping[str, Any] = field(default_factory=lambda: {"num_cpus": 0})
+    task_config: ValidationTaskConfig | None = None
+    ray_remote_kwargs: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        if self.task_config is None:
+            object.__setattr__(self, "task_config", ValidationTaskConfig())
+        if self.ray_remote_kwargs is None:
+            object.__setattr__(self, "ray_remote_kwargs", {"num_cpus": 0})
         if not callable(self.fn):
             raise _bad("fn", self.fn, "a function fn(checkpoint, **kwargs) -> dict of metrics")
         if not isinstance(self.task_config, ValidationTaskConfig):

@@ -24,7 +24,12 @@ class Validator:
         return set(self._futures)
 
     def submit(self, name: str, checkpoint: Checkpoint, task: ValidationTaskConfig | None) -> None:
-        self._futures[name] = self._executor.submit(self._validate, checkpoint, task or self.config.task_config)
+        """Queue ``checkpoint``'s validation with the default task config, updated by ``task``."""
+        default = self.config.task_config
+        if task is not None:
+            task = ValidationTaskConfig({**default.fn_kwargs, **task.fn_kwargs},
+                                        default.timeout_s if task.timeout_s is None else task.timeout_s)
+        self._futures[name] = self._executor.submit(self._validate, checkpoint, task or default)
 
     def finished(self, wait_all: bool = False) -> list[tuple[str, dict[str, Any]]]:
         """Validations that ended (all of them with ``wait_all``): (checkpoint name, metrics)."""
