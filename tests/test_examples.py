@@ -1,4 +1,4 @@
-"""The GBDT, Lightning and JAX examples, end to end on 2 CPU workers."""
+"""The GBDT, Lightning, JAX and Tune examples, end to end on 2 CPU workers."""
 
 import os
 import re
@@ -60,3 +60,14 @@ def test_hugging_face_and_deepspeed_examples_train_on_2_workers(tmp_path, name, 
     assert accuracy > min_accuracy
     (run,) = tmp_path.iterdir()
     assert len(list(run.glob("checkpoint_*/.manifest.json"))) == checkpoints
+
+
+def test_tune_example_searches_with_asha(tmp_path):
+    stdout = run_example("tune_digits", tmp_path)
+    print(stdout)
+    trials, errors, stopped = map(int, re.search(r"trials: (\d+), errors: (\d+), stopped early by ASHA: (\d+)",
+                                                 stdout).groups())
+    assert (trials, errors) == (4, 0) and stopped >= 1
+    assert float(re.search(r"held-out test accuracy: ([0-9.]+)", stdout).group(1)) > 0.9
+    runs = {p.name for p in tmp_path.iterdir()} - {"tune_digits"}  # one trainkit run per trial
+    assert len(runs) == 4
