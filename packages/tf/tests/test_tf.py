@@ -134,3 +134,27 @@ def test_bad_settings_name_the_field():
         TensorflowTrainer(train_fn, tensorflow_config={})
     with pytest.raises(ValueError, match="steps_per_epoch=0 is invalid"):
         fit_loop(object(), None, epochs=1, steps_per_epoch=0)
+
+
+def test_tf_keras_models_save_as_keras_files_again_and_again_in_any_thread(tmp_path):
+    import threading
+    import zipfile
+
+    import tf_keras
+
+    model = tf_keras.Sequential([tf_keras.Input((2,)), tf_keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    directories = [tmp_path / str(i) for i in range(2)]
+
+    def save_twice():  # tf-keras alone would write the second file as HDF5 outside its importing thread
+        for directory in directories:
+            directory.mkdir()
+            KerasCheckpointIO().save(model, str(directory))
+
+    thread = threading.Thread(target=save_twice)
+    thread.start()
+    thread.join()
+    for directory in directories:
+        assert zipfile.is_zipfile(directory / "model.keras")
+        loaded = KerasCheckpointIO().load_from_directory(str(directory))
+        assert type(loaded).__module__.startswith("tf_keras")

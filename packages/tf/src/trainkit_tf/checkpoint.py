@@ -39,7 +39,10 @@ class KerasCheckpointIO(CheckpointIO):
             raise ValueError(f"filename={filename!r} is invalid: expected a name ending in '.keras'")
 
     def save(self, state: Any, directory: str) -> None:
-        state.save(os.path.join(directory, self.filename))
+        # tf-keras picks the format by a thread-local flag that its own first .keras save resets in
+        # threads other than the importing one (later saves there would write HDF5): name the format.
+        legacy = keras_module(state).__name__ == "tf_keras"
+        state.save(os.path.join(directory, self.filename), **({"save_format": "keras_v3"} if legacy else {}))
 
     def report(self, metrics: dict[str, Any], state: Any) -> None:
         """Every rank saves and reports; only rank 0's file goes into the checkpoint. Every rank
