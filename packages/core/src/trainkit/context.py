@@ -58,7 +58,17 @@ def get_checkpoint() -> Checkpoint | None:
 
 
 def get_dataset_shard(name: str = "train") -> Any:
-    """This worker's shard of the dataset passed to the trainer as ``datasets={name: ...}``."""
+    """This worker's part of the dataset passed to the trainer as ``datasets={name: ...}``: for a
+    Ray Dataset, a ``DataIterator`` over this rank's shard (or over all rows when
+    ``DataConfig(datasets_to_split=...)`` leaves it whole); any other object as it was given.
+
+    Example::
+
+        shard = trainkit.get_dataset_shard("train")
+        for epoch in range(3):
+            for batch in shard.iter_batches(batch_size=64):
+                ...
+    """
     datasets = get_session("get_dataset_shard").datasets
     if name not in datasets:
         raise KeyError(f"no dataset named {name!r}; the trainer was given {sorted(datasets) or 'none'}")
