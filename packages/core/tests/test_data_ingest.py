@@ -1,6 +1,9 @@
 """Ray Data ingest on real workers: every row reaches exactly one rank per epoch, datasets not
 split reach every rank whole, factories are rebuilt for each attempt."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -147,3 +150,12 @@ def test_iter_torch_batches(ray_cluster, run_config):
     DataParallelTrainer(train_fn, scaling_config=TWO, datasets={"train": ray_data.from_pandas(frame())},
                         run_config=run_config(callbacks=[recorder])).fit()
     assert [m["rows"] for m in recorder.reports[0]] == [ROWS // 2, ROWS // 2]
+
+
+def test_ray_data_and_tune_are_imported_only_when_used():
+    script = ("import sys, trainkit, trainkit.tune\n"
+              "trainkit.DataParallelTrainer(lambda: None, datasets={'files': ['a', 'b']},\n"
+              "                             dataset_config=trainkit.DataConfig())\n"
+              "print(sorted(m for m in sys.modules if m.startswith(('ray.data', 'ray.tune'))))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
