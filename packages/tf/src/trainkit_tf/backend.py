@@ -30,14 +30,15 @@ KERAS3_FIT_ERROR = (
 def _setup(addresses: list[str], legacy_keras: bool | None) -> None:
     # Waits for the prewarm import: TensorFlow and Keras import each other, so a first `import keras`
     # racing the prewarm thread's `import tensorflow` would see half-initialized modules.
-    import tensorflow  # noqa: F401
+    import tensorflow as tf
 
     index = trainkit.get_context().get_world_rank()
     os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": addresses}, "task": {"type": "worker", "index": index}})
     has_tf_keras = importlib.util.find_spec("tf_keras") is not None
     if legacy_keras and not has_tf_keras:
-        raise ImportError("TensorflowConfig(legacy_keras=True) needs tf-keras: pip install 'trainkit-tf[tf-keras]' "
-                          "(pin tf-keras to TensorFlow's minor version, e.g. tf-keras==2.21.*)")
+        minor = ".".join(tf.__version__.split(".")[:2])
+        raise ImportError(f"TensorflowConfig(legacy_keras=True) needs tf-keras of TensorFlow's minor version: "
+                          f"pip install 'trainkit-tf[tf-keras]' 'tf-keras=={minor}.*'")
     if legacy_keras is not None:
         os.environ["TF_USE_LEGACY_KERAS"] = "1" if legacy_keras else "0"
     elif has_tf_keras:
