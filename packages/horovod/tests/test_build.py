@@ -5,13 +5,19 @@ import pytest
 from trainkit_horovod import build
 
 
-def test_patch_raises_both_cmake_files_to_cxx17(tmp_path):
-    for name in build.PATCHES:
+GLOO_0_28_0 = "  struct {\n    struct ethtool_link_settings req;\n    __u32 link_mode_data[link_mode_data_nwords];\n  } ecmd;\n"
+GLOO_0_28_1 = "  struct {\n    __u32 link_mode_data[link_mode_data_nwords];\n    struct ethtool_link_settings req;\n  } ecmd;\n"
+
+
+def test_patch_raises_both_cmake_files_to_cxx17_and_backports_the_gloo_fix(tmp_path):
+    for name in [*build.PATCHES, *build.BACKPORTS]:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("project(x)\nset(CMAKE_CXX_STANDARD 14)\n")
+    (tmp_path / next(iter(build.BACKPORTS))).write_text(GLOO_0_28_0)
     build.patch(tmp_path)
     for name in build.PATCHES:
         assert (tmp_path / name).read_text() == "project(x)\nset(CMAKE_CXX_STANDARD 17)\n"
+    assert (tmp_path / next(iter(build.BACKPORTS))).read_text() == GLOO_0_28_1
     with pytest.raises(SystemExit, match="expected one line matching"):
         build.patch(tmp_path)  # an unknown sdist layout fails loudly instead of building unpatched
 

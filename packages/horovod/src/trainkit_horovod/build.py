@@ -35,6 +35,13 @@ PATCHES = {
     "CMakeLists.txt": (r"set\(CMAKE_CXX_STANDARD 14\)", "set(CMAKE_CXX_STANDARD 17)"),
     "horovod/torch/CMakeLists.txt": (r"set\(CMAKE_CXX_STANDARD 14\)", "set(CMAKE_CXX_STANDARD 17)"),
 }
+# Fixes a later release ships, applied where an older sdist lacks them: 0.28.0's bundled gloo does not
+# compile against current kernel headers (a flexible array member not at the end of a struct); 0.28.1
+# moves it first.
+BACKPORTS = {
+    "third_party/gloo/gloo/common/linux.cc": (r"( +struct ethtool_link_settings req;\n)( +__u32 link_mode_data\[.*?\];\n)",
+                                              r"\2\1"),
+}
 
 
 def cache_dir() -> Path:
@@ -64,11 +71,12 @@ def _pip(*args: str, env: dict[str, str] | None = None) -> None:
 
 
 def patch(source: Path) -> None:
-    """Raise the C++ standard of an unpacked Horovod sdist to C++17; fails if a file lacks the line."""
-    for name, (pattern, replacement) in PATCHES.items():
+    """Raise the C++ standard of an unpacked Horovod sdist to C++17 (fails if a file lacks the line)
+    and apply the backports it lacks."""
+    for name, (pattern, replacement) in [*PATCHES.items(), *BACKPORTS.items()]:
         path = source / name
         text, count = re.subn(pattern, replacement, path.read_text())
-        if count != 1:
+        if count != 1 and name in PATCHES:
             raise SystemExit(f"{path}: expected one line matching {pattern!r}, found {count}; "
                              "this Horovod version is not one this build step knows")
         path.write_text(text)
