@@ -96,3 +96,8 @@ def test_trial_resources_reserves_the_trial_and_each_worker():
         trial_resources(SCALING, trial_cpus=-1)
     with pytest.raises(TypeError, match="scaling_config must be a trainkit.ScalingConfig"):
         trial_resources({"num_workers": 2})
+
+
+def test_report_callback_outside_a_trial_says_where_it_belongs():
+    with pytest.raises(RuntimeError, match="create it inside the function that Tune runs"):
+        TuneReportCallback()

@@ -23,6 +23,7 @@ Example::
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from trainkit.callbacks import RunContext, UserCallback
@@ -44,6 +45,16 @@ class TuneReportCallback(UserCallback):
         run_config = trainkit.RunConfig(name=tune.get_context().get_trial_name(),
                                         callbacks=[TuneReportCallback()])
     """
+
+    def __init__(self) -> None:
+        from ray import tune
+
+        with warnings.catch_warnings():  # outside a trial Ray warns and returns None
+            warnings.simplefilter("ignore")
+            in_trial = tune.get_context().get_trial_name() is not None
+        if not in_trial:
+            raise RuntimeError("TuneReportCallback reports to a Ray Tune trial: create it inside the function "
+                               "that Tune runs (tune.Tuner(trial_fn, ...)), not in the driver script")
 
     def after_report(self, run_context: RunContext, metrics: list[dict[str, Any]],
                      checkpoint: Checkpoint | None) -> None:
