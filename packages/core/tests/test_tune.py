@@ -9,9 +9,12 @@ import pytest
 
 import trainkit
 from trainkit import Checkpoint, DataParallelTrainer, ScalingConfig
+from trainkit.testing import requires
 
 tune = pytest.importorskip("ray.tune", reason="Ray Tune is trainkit's 'tune' extra")
 from trainkit.tune import TuneReportCallback, trial_resources  # noqa: E402
+
+pytestmark = requires(ray=">=2.41")  # ray.tune.report / Checkpoint / RunConfig (ray-project/ray#49317)
 
 # 2 workers x 1 CPU: a trial takes 2 of the fixture's 4 CPUs, so 2 trials run at a time. Without the
 # reservation Tune would start 4 trials (1 CPU each) whose workers then find no CPU left.

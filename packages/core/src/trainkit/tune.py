@@ -33,6 +33,18 @@ from trainkit.config import ScalingConfig, _bad, _check_number
 __all__ = ["TuneReportCallback", "trial_resources"]
 
 
+def _tune() -> Any:
+    """``ray.tune``, once Ray is recent enough for its ``tune.report`` / ``tune.Checkpoint`` API."""
+    import ray
+
+    if tuple(int(p) for p in ray.__version__.split(".")[:2]) < (2, 41):
+        raise RuntimeError(f"trainkit.tune needs Ray >= 2.41 (ray.tune.report, ray.tune.Checkpoint); this is "
+                           f'Ray {ray.__version__}: pip install "trainkit[tune]"')
+    from ray import tune
+
+    return tune
+
+
 class TuneReportCallback(UserCallback):
     """Forward every consolidated report to Ray Tune: rank 0's metrics and the committed checkpoint.
 
@@ -47,8 +59,7 @@ class TuneReportCallback(UserCallback):
     """
 
     def __init__(self) -> None:
-        from ray import tune
-
+        tune = _tune()
         with warnings.catch_warnings():  # outside a trial Ray warns and returns None
             warnings.simplefilter("ignore")
             in_trial = tune.get_context().get_trial_name() is not None
@@ -58,8 +69,7 @@ class TuneReportCallback(UserCallback):
 
     def after_report(self, run_context: RunContext, metrics: list[dict[str, Any]],
                      checkpoint: Checkpoint | None) -> None:
-        from ray import tune
-
+        tune = _tune()
         tune_checkpoint = tune.Checkpoint(checkpoint.path, checkpoint.filesystem) if checkpoint else None
         tune.report(dict(metrics[0]), checkpoint=tune_checkpoint)
 
@@ -74,8 +84,7 @@ def trial_resources(scaling_config: ScalingConfig, trial_cpus: float = 0) -> Any
 
         tune.with_resources(trial, trial_resources(trainkit.ScalingConfig(num_workers=2)))
     """
-    from ray import tune
-
+    tune = _tune()
     if not isinstance(scaling_config, ScalingConfig):
         raise TypeError(f"scaling_config must be a trainkit.ScalingConfig, got {type(scaling_config).__name__}")
     if scaling_config.local_mode:
