@@ -15,7 +15,7 @@ from trainkit._internal import storage
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
-__all__ = ["Checkpoint", "CheckpointIO"]
+__all__ = ["Checkpoint", "CheckpointIO", "resume_file"]
 
 
 class Checkpoint:
@@ -176,3 +176,29 @@ class CheckpointIO:
             checkpoint.verify()
         with checkpoint.as_directory() as path:
             return self.load_from_directory(path)
+
+
+@contextlib.contextmanager
+def resume_file(name: str, written_by: str, checkpoint: Checkpoint | None = None) -> Iterator[str | None]:
+    """For a plugin's resume helper: a local path to file (or directory) ``name`` of ``checkpoint``
+    (default: ``trainkit.get_checkpoint()``), verified against its manifest; None on a fresh start.
+    A checkpoint without ``name`` raises FileNotFoundError naming ``written_by``, the writer expected.
+
+    Example::
+
+        with resume_file("checkpoint.ckpt", "trainkit_lightning.ReportCallback") as ckpt_path:
+            trainer.fit(model, ckpt_path=ckpt_path)
+    """
+    if checkpoint is None:
+        from trainkit.context import get_checkpoint
+
+        checkpoint = get_checkpoint()
+    if checkpoint is None:
+        yield None
+        return
+    checkpoint.verify()
+    with checkpoint.as_directory() as directory:
+        path = os.path.join(directory, name)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"checkpoint {checkpoint.path} holds no {name}: it was not written by {written_by}")
+        yield path

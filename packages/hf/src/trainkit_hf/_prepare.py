@@ -9,6 +9,7 @@ import os
 from typing import Any, Iterator
 
 import trainkit
+from trainkit.checkpoint import resume_file
 
 logger = logging.getLogger("trainkit_hf")
 STATE_FILE = "trainer_state.json"  # every Trainer checkpoint has one
@@ -56,13 +57,5 @@ def resume_path(checkpoint: trainkit.Checkpoint | None = None) -> Iterator[str |
     """A local directory holding the Trainer checkpoint in ``checkpoint`` (default:
     ``trainkit.get_checkpoint()``), verified against its manifest, for
     ``trainer.train(resume_from_checkpoint=...)``; None on a fresh start."""
-    checkpoint = checkpoint if checkpoint is not None else trainkit.get_checkpoint()
-    if checkpoint is None:
-        yield None
-        return
-    checkpoint.verify()
-    with checkpoint.as_directory() as directory:
-        if not os.path.exists(os.path.join(directory, STATE_FILE)):
-            raise FileNotFoundError(f"checkpoint {checkpoint.path} holds no {STATE_FILE}: it was not written by "
-                                    "trainkit_hf.ReportCallback")
-        yield directory
+    with resume_file(STATE_FILE, "trainkit_hf.ReportCallback", checkpoint) as state_file:
+        yield state_file and os.path.dirname(state_file)

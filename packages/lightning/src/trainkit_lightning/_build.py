@@ -20,6 +20,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import trainkit
+from trainkit.checkpoint import resume_file
 
 from trainkit_lightning import _public
 
@@ -144,14 +145,5 @@ def report_epoch(trainer: Any, upload_mode: trainkit.CheckpointUploadMode) -> No
 def resume_path(checkpoint: trainkit.Checkpoint | None = None) -> Any:
     """The Lightning checkpoint in ``checkpoint`` (default: ``trainkit.get_checkpoint()``), verified
     against its manifest, for ``trainer.fit(ckpt_path=...)``; None on a fresh start."""
-    checkpoint = checkpoint if checkpoint is not None else trainkit.get_checkpoint()
-    if checkpoint is None:
-        yield None
-        return
-    checkpoint.verify()
-    with checkpoint.as_directory() as directory:
-        path = os.path.join(directory, CHECKPOINT_NAME)
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"checkpoint {checkpoint.path} holds no {CHECKPOINT_NAME}: it was not written by "
-                                    "trainkit_lightning.ReportCallback")
+    with resume_file(CHECKPOINT_NAME, "trainkit_lightning.ReportCallback", checkpoint) as path:
         yield path
