@@ -85,7 +85,8 @@ class WorkerGroup:
             ray.get(pg.ready(), timeout=timeout_s)
             marks["placement"] = time.monotonic()
         except ray.exceptions.GetTimeoutError:
-            remove_placement_group(pg)
+            if not reserved:  # a trial's reservation stays the trial's
+                remove_placement_group(pg)
             raise PlacementError(
                 f"could not place {num_workers} workers with {resources} each "
                 f"({scaling.placement_strategy}) within {timeout_s:.0f} s; the cluster has "
