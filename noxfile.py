@@ -195,9 +195,10 @@ def integration(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, tags=["matrix"])
 def together(session: nox.Session) -> None:
-    """Every plugin's tests in one environment holding every plugin and framework."""
+    """Every plugin's tests in one environment holding every plugin and framework (those that keep
+    out of the shared environment aside)."""
     _install_all(session)
-    _pytest(session, *(str(p.relative_to(ROOT) / "tests") for p in _plugins()))
+    _pytest(session, *(str(p.relative_to(ROOT) / "tests") for p in _plugins() if _shares_environment(p)))
 
 
 @nox.session(python=PYTHON, tags=["ci"])

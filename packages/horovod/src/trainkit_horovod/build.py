@@ -39,8 +39,8 @@ PATCHES = {
 # compile against current kernel headers (a flexible array member not at the end of a struct); 0.28.1
 # moves it first.
 BACKPORTS = {
-    "third_party/gloo/gloo/common/linux.cc": (r"( +struct ethtool_link_settings req;\n)( +__u32 link_mode_data\[.*?\];\n)",
-                                              r"\2\1"),
+    "third_party/gloo/gloo/common/linux.cc":
+        (r"( +struct ethtool_link_settings req;\n)( +__u32 link_mode_data\[.*?\];\n)", r"\2\1"),
 }
 
 
