@@ -3,7 +3,8 @@
 pip cannot build Horovod 0.28.1 (its last release) against torch >= 2.1: its CMake files ask for
 C++14 where torch's headers need C++17. This takes the sdist from the package index, raises both
 CMake files to C++17 (the torch bindings, and the top-level build so that the bundled gloo links),
-builds a wheel with torch and gloo (no MPI, no TensorFlow, no MXNet) and installs it. Built wheels
+applies fixes a later release ships where an older sdist lacks them (0.28.0's gloo), builds a wheel
+with torch and gloo (no MPI, no TensorFlow, no MXNet) and installs it. Built wheels
 are cached, keyed by the Horovod, torch and Python versions, in ``$TRAINKIT_HOROVOD_CACHE`` (default
 ``~/.cache/trainkit/horovod``); a cached wheel installs in seconds, a build takes minutes.
 

@@ -25,7 +25,7 @@ class HorovodConfig(BackendConfig):
     training function then sees trainkit's ranks.
 
     Attributes:
-        nics: network interfaces Gloo may use (the first one is used); None picks, on every worker,
+        nics: network interfaces Gloo may use (it takes the first by name); None picks, on every worker,
             the interface that holds the address the other workers reach it at (loopback on one node).
         timeout_s: how long ``hvd.init()`` waits for every rank at the rendezvous.
         verbose: above 0, Horovod's rendezvous server logs every request.
