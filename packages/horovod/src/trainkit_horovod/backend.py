@@ -49,16 +49,17 @@ def _interface_of(ip: str) -> str:
     raise RuntimeError(f"no network interface holds {ip}; name one with HorovodConfig(nics={{'eth0'}})")
 
 
-def _start_rendezvous(address: tuple[str, int], plan: list[dict[str, Any]], verbose: int) -> None:
+def _start_rendezvous(host: str, plan: list[dict[str, Any]], verbose: int) -> tuple[str, int]:
     global _server
     from horovod.runner.common.util.hosts import SlotInfo
     from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
 
-    httpd = RendezvousHTTPServer(address, RendezvousHandler, verbose)
+    httpd = RendezvousHTTPServer((host, 0), RendezvousHandler, verbose)  # port 0: no race for a free port
     httpd.init([SlotInfo(**slot) for slot in plan])
     thread = threading.Thread(target=httpd.serve_forever, name="horovod-rendezvous", daemon=True)
     thread.start()
     _server = (httpd, thread)
+    return host, httpd.server_address[1]
 
 
 def _stop_rendezvous() -> None:
@@ -100,9 +101,9 @@ class HorovodBackend(Backend):
     def on_start(self, worker_group, backend_config: HorovodConfig) -> None:
         import ray
 
-        address = worker_group.free_address(0)  # loopback when the group is on one node
+        host, _ = worker_group.free_address(0)  # loopback when the group is on one node
         plan = slots(worker_group.workers)
-        worker_group.execute_single(0, _start_rendezvous, address, plan, backend_config.verbose)
+        address = worker_group.execute_single(0, _start_rendezvous, host, plan, backend_config.verbose)
         nics = sorted(backend_config.nics) if backend_config.nics else None
         ray.get([w.actor.execute.remote(_set_env, slot, address, nics, backend_config.timeout_s)
                  for w, slot in zip(worker_group.workers, plan)])
