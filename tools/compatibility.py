@@ -36,6 +36,10 @@ NOTES = """
   import names. 2.2.5 fails before any trainkit code runs: its `lightning.fabric` imports
   `pkg_resources`, which current setuptools no longer ships; 2.4.0 is the oldest that works.
 - JAX and jaxlib 0.11 and later need Python 3.12; 0.10.2 is the latest on 3.11.
+- tf rows pin tf-keras to TensorFlow's minor version. TensorFlow before 2.18 needs NumPy 1.x,
+  which pyarrow 26 refuses (see above): the 2.16 row pins pyarrow 25.0.1, the last that takes it;
+  users of TensorFlow 2.16 or 2.17 need the same pin. Keras 3's multi-worker `model.fit` fails
+  upstream (keras-team/keras#20585); both rows test tf-keras's `fit` and Keras 3 in `fit_loop`.
 - hf rows install DeepSpeed (the latest also `datasets`). Transformers before 5.18 cannot resume a
   multi-process CPU run: it restores the optimizer with `map_location="cpu:0"`, which torch refuses
   ("don't know how to restore data location"); fixed upstream in 5.18, GPU runs unaffected, so that
