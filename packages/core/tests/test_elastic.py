@@ -11,25 +11,18 @@ import pytest
 
 import trainkit
 from trainkit import Checkpoint, DataParallelTrainer, FailureConfig, ScalingConfig
+from trainkit.testing import simulated_cluster
 
 
 @pytest.fixture
 def two_nodes():
-    import ray
-    from ray.cluster_utils import Cluster
-
-    if ray.is_initialized():
-        ray.shutdown()
     # dead nodes are noticed within ~1 s, not Ray's default ~30 s
     fast_health_checks = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 500,
                           "health_check_failure_threshold": 2}
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "_system_config": fast_health_checks})
-    cluster.add_node(num_cpus=1)
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
+    with simulated_cluster(head_cpus=1, system_config=fast_health_checks) as cluster:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        yield cluster
 
 
 def count_epochs(config):

@@ -4,22 +4,15 @@ import pytest
 
 import trainkit
 from trainkit import DataParallelTrainer, ScalingConfig
+from trainkit.testing import simulated_cluster
 
 
 @pytest.fixture(scope="module")
 def two_node_cluster():
-    import ray
-    from ray.cluster_utils import Cluster
-
-    if ray.is_initialized():
-        ray.shutdown()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
-    cluster.add_node(num_cpus=2)
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
+    with simulated_cluster(head_cpus=2) as cluster:
+        cluster.add_node(num_cpus=2)
+        cluster.wait_for_nodes()
+        yield cluster
 
 
 def where_am_i():

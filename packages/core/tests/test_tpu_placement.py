@@ -8,7 +8,7 @@ import pytest
 import trainkit
 from trainkit import DataParallelTrainer, ScalingConfig
 from trainkit._internal import worker_group
-from trainkit.testing import requires
+from trainkit.testing import requires, simulated_cluster
 
 pytestmark = requires(ray=">=2.50")  # bundle label selectors, respected since Ray 2.50 (ray-project/ray#55590)
 
@@ -18,23 +18,16 @@ V4_SLICE = {"use_tpu": True, "topology": "2x2x2", "accelerator_type": "TPU-V4"}
 
 @pytest.fixture(scope="module")
 def tpu_cluster():
-    import ray
-    from ray.cluster_utils import Cluster
-
-    if ray.is_initialized():
-        ray.shutdown()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    for name in SLICES:
-        for worker_id in range(2):
-            resources = {"TPU": 4, "accelerator_type:TPU-V4": 1, **({"TPU-v4-16-head": 1} if worker_id == 0 else {})}
-            cluster.add_node(num_cpus=1, resources=resources, labels={
-                "ray.io/tpu-slice-name": name, "ray.io/tpu-worker-id": str(worker_id),
-                "ray.io/tpu-pod-type": "v4-16", "ray.io/tpu-topology": "2x2x2"})
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
+    with simulated_cluster(head_cpus=1) as cluster:
+        for name in SLICES:
+            for worker_id in range(2):
+                resources = {"TPU": 4, "accelerator_type:TPU-V4": 1,
+                             **({"TPU-v4-16-head": 1} if worker_id == 0 else {})}
+                cluster.add_node(num_cpus=1, resources=resources, labels={
+                    "ray.io/tpu-slice-name": name, "ray.io/tpu-worker-id": str(worker_id),
+                    "ray.io/tpu-pod-type": "v4-16", "ray.io/tpu-topology": "2x2x2"})
+        cluster.wait_for_nodes()
+        yield cluster
 
 
 @pytest.fixture

@@ -10,6 +10,8 @@ Fixtures:
     no_leaked_threads     fails a test that leaves threads running
     no_leaked_processes   fails a test that leaves child processes running
 
+``simulated_cluster()``: a context manager giving a multi-node Ray cluster on this machine.
+
 Suites a plugin's tests subclass: ``BackendConformance``, ``CheckpointConformance``.
 Marker: ``requires(torch=">=2.6", gpus=1)`` skips with a reason that says what is missing.
 """
@@ -23,6 +25,7 @@ from trainkit.testing.fixtures import (
     no_leaked_threads,
     ray_cluster,
     run_config,
+    simulated_cluster,
 )
 from trainkit.testing.requirements import gpu_count, requires
 
@@ -38,6 +41,7 @@ __all__ = [
     "ray_cluster",
     "requires",
     "run_config",
+    "simulated_cluster",
 ]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
@@ -29,6 +30,34 @@ def ray_cluster() -> Iterator[Any]:
     ensure_ray(num_cpus=4)
     yield ray
     ray.shutdown()
+
+
+@contextlib.contextmanager
+def simulated_cluster(head_cpus: float = 1, system_config: dict | None = None) -> Iterator[Any]:
+    """A multi-node Ray cluster in this machine's processes (``ray.cluster_utils.Cluster``), with
+    this process connected to it; add nodes with ``cluster.add_node(num_cpus=..., resources=...,
+    labels=...)`` before or during a test, remove them with ``cluster.remove_node(node)``.
+
+    Example::
+
+        with simulated_cluster(head_cpus=2) as cluster:
+            cluster.add_node(num_cpus=2)
+            cluster.wait_for_nodes()
+            ...  # a trainer here spans both nodes
+    """
+    import ray
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    head = {"num_cpus": head_cpus, **({"_system_config": system_config} if system_config else {})}
+    cluster = Cluster(initialize_head=True, head_node_args=head)
+    try:
+        ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
 
 
 @pytest.fixture
