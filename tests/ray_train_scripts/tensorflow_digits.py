@@ -1,14 +1,20 @@
 """Keras with MultiWorkerMirroredStrategy written for Ray Train 2.x (its documented
 ray.train.tensorflow API). packages/tf/tests/test_ray_train_compat.py migrates it with the rewrite
-table of docs/migrating-from-ray-train.md and runs it on trainkit."""
+table of docs/migrating-from-ray-train.md and runs it on trainkit. It ran on Ray Train 2.60 once,
+with TensorFlow 2.21: there it needs TF_USE_LEGACY_KERAS=1 set in the script (without it the
+workers' tf.keras was Keras 3, whose fit fails across workers: keras-team/keras#20585)."""
 
-import tensorflow as tf
-from sklearn.datasets import load_digits
+import os
 
-import ray.train
-from ray.train import RunConfig, ScalingConfig
-from ray.train.tensorflow import TensorflowTrainer, prepare_dataset_shard
-from ray.train.tensorflow.keras import ReportCheckpointCallback
+os.environ["TF_USE_LEGACY_KERAS"] = "1"  # tf.keras is tf-keras, here and on the workers
+
+import tensorflow as tf  # noqa: E402
+from sklearn.datasets import load_digits  # noqa: E402
+
+import ray.train  # noqa: E402
+from ray.train import RunConfig, ScalingConfig  # noqa: E402
+from ray.train.tensorflow import TensorflowTrainer, prepare_dataset_shard  # noqa: E402
+from ray.train.tensorflow.keras import ReportCheckpointCallback  # noqa: E402
 
 
 def train_func(config):
