@@ -9,8 +9,6 @@ The server lives until training ends: Horovod uses it for ``hvd.init()`` and for
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import os
 import socket
 import sys
@@ -74,12 +72,6 @@ def _stop_rendezvous() -> None:
 
 def _set_env(slot: dict[str, Any], address: tuple[str, int], nics: list[str] | None, timeout_s: float) -> None:
     import ray
-
-    # Wait for the prewarm imports: unpickling a training function that refers to torch.nn while
-    # another thread is still importing torch can see a half-initialized torch.
-    for name in HorovodConfig.prewarm_modules:
-        with contextlib.suppress(ImportError):
-            importlib.import_module(name)
 
     loopback = address[0] == "127.0.0.1"
     iface = nics[0] if nics else _interface_of("127.0.0.1" if loopback else ray.util.get_node_ip_address())

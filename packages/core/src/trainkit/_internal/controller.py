@@ -263,7 +263,8 @@ class Controller:
             import ray
 
             shards = datasets_per_rank(self.datasets, [w.node_id for w in group.workers])
-            import_s = ray.get([w.actor.start.remote(self.train_fn, self.train_loop_config, self.backend_config,
+            pickled_fn = ray.cloudpickle.dumps(self.train_fn)  # unpickled on the workers after their prewarm
+            import_s = ray.get([w.actor.start.remote(pickled_fn, self.train_loop_config, self.backend_config,
                                                      self.storage, self.state.next_report_index,
                                                      self._latest_checkpoint(), shards[w.world_rank])
                                 for w in group.workers])

@@ -84,8 +84,10 @@ class Worker:
 
     def __init__(self, prewarm_modules: tuple[str, ...] = ()) -> None:
         self._import_s: float | None = None  # how long the prewarm imports took, once done
+        self._prewarm: threading.Thread | None = None
         if prewarm_modules:  # overlap the framework's import with the group's setup round trips
-            threading.Thread(target=self._import_all, args=(prewarm_modules,), daemon=True).start()
+            self._prewarm = threading.Thread(target=self._import_all, args=(prewarm_modules,), daemon=True)
+            self._prewarm.start()
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._session: Session | None = None
         self._context: TrainContext | None = None
@@ -127,10 +129,12 @@ class Worker:
     def execute(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
 
-    def start(self, fn: Callable, config: dict | None, backend_config: BackendConfig, storage: RunStorage,
+    def start(self, pickled_fn: bytes, config: dict | None, backend_config: BackendConfig, storage: RunStorage,
               next_index: int, checkpoint: Checkpoint | None, datasets: dict[str, Any] | None) -> float | None:
         """Start the training thread; returns how long the framework's prewarm import took (None
-        while it still runs)."""
+        while it still runs). The function comes pickled: the training thread unpickles it once the
+        prewarm imports ended (a function that refers to e.g. ``torch.nn``, unpickled while another
+        thread imports torch, can meet a half-initialized module)."""
         assert self._context is not None, "setup() must run first"
         rank = self._context.world_rank
         self._session = Session(self._context, storage, self._events.put, next_index=next_index,
@@ -139,6 +143,11 @@ class Worker:
 
         def run() -> None:
             try:
+                from ray import cloudpickle
+
+                if self._prewarm is not None:
+                    self._prewarm.join()
+                fn = cloudpickle.loads(pickled_fn)
                 with backend_config.train_fn_context():
                     value = call_train_fn(fn, config)
                 self._session.finish()
