@@ -158,3 +158,18 @@ def test_tf_keras_models_save_as_keras_files_again_and_again_in_any_thread(tmp_p
         assert zipfile.is_zipfile(directory / "model.keras")
         loaded = KerasCheckpointIO().load_from_directory(str(directory))
         assert type(loaded).__module__.startswith("tf_keras")
+
+
+def test_keras_module_looks_past_user_subclasses():
+    import keras
+    import tf_keras
+
+    from trainkit_tf.checkpoint import keras_module
+
+    class Mine(keras.Sequential):
+        pass
+
+    assert keras_module(Mine()).__name__ == "keras"
+    assert keras_module(tf_keras.layers.Dense(1)).__name__ == "tf_keras"
+    with pytest.raises(TypeError, match="expected a Keras object, got a object"):
+        keras_module(object())

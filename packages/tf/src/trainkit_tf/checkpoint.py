@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import tempfile
@@ -12,13 +13,13 @@ import trainkit
 from trainkit import Checkpoint, CheckpointIO
 
 
-def keras_module(obj: Any = None, keras_version: str | None = None) -> Any:
-    """The Keras an object belongs to, or that wrote a model: ``tf_keras`` (Keras 2) or ``keras`` (3)."""
-    import importlib
-
-    if obj is not None:
-        return importlib.import_module(type(obj).__module__.split(".")[0])
-    return importlib.import_module("tf_keras" if int(keras_version.split(".")[0]) < 3 else "keras")
+def keras_module(model: Any) -> Any:
+    """The Keras a model (or loss, layer, ...) belongs to: ``tf_keras`` (Keras 2) or ``keras`` (3)."""
+    for cls in type(model).__mro__:  # the first Keras class, past the user's own subclasses
+        root = cls.__module__.split(".")[0]
+        if root in ("keras", "tf_keras"):
+            return importlib.import_module(root)
+    raise TypeError(f"expected a Keras object, got a {type(model).__name__}")
 
 
 class KerasCheckpointIO(CheckpointIO):
@@ -57,4 +58,5 @@ class KerasCheckpointIO(CheckpointIO):
         path = os.path.join(directory, self.filename)
         with zipfile.ZipFile(path) as archive:
             version = json.loads(archive.read("metadata.json"))["keras_version"]
-        return keras_module(keras_version=version).models.load_model(path)
+        keras = importlib.import_module("tf_keras" if int(version.split(".")[0]) < 3 else "keras")
+        return keras.models.load_model(path)

@@ -31,7 +31,8 @@ def fit_loop(model: Any, dataset: Any, *, epochs: int, steps_per_epoch: int, ini
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ValueError(f"{field}={value!r} is invalid: expected an int >= {least}")
     if getattr(model, "optimizer", None) is None or getattr(model, "loss", None) is None:
-        raise ValueError("fit_loop needs a compiled model: model.compile(optimizer=..., loss=...) under strategy.scope()")
+        raise ValueError("fit_loop needs a compiled model: model.compile(optimizer=..., loss=...) "
+                         "under strategy.scope()")
     strategy, optimizer = model.distribute_strategy, model.optimizer
     loss = keras_module(model).losses.get(model.loss)
     per_example = loss.call if hasattr(loss, "call") else loss  # a Loss's call() does not reduce
