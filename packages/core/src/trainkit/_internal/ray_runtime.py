@@ -42,7 +42,9 @@ def ensure_ray(**init_kwargs: object) -> None:
     node_cls.__init__ = _lean_node_init(full_init)
     node_cls.start_api_server = lambda self, **_: None  # no dashboard/job API: trainkit uses neither
     try:
-        ray.init(include_dashboard=False, _node_ip_address="127.0.0.1", **quiet, **init_kwargs)
+        # address="local": an embedded cluster, never one that `ray start` (or another process's
+        # test cluster) recorded in /tmp/ray; a cluster is joined only through RAY_ADDRESS.
+        ray.init(address="local", include_dashboard=False, _node_ip_address="127.0.0.1", **quiet, **init_kwargs)
     finally:
         notice.setLevel(level)
         services.get_node, node_cls.__init__, node_cls.start_api_server = slow_get_node, full_init, api_server
