@@ -10,7 +10,6 @@ import pytest
 
 import trainkit
 from trainkit import DataConfig, DataParallelTrainer, FailureConfig, ScalingConfig
-from trainkit.testing import requires
 
 ray_data = pytest.importorskip("ray.data", reason="Ray Data is trainkit's 'data' extra")
 
@@ -132,24 +131,6 @@ def test_bad_inputs_name_the_field():
         DataConfig(datasets_to_split="train")
     with pytest.raises(ValueError, match="execution_options=.*is invalid"):
         DataConfig(execution_options={"train": "fast"})
-
-
-@requires(torch="")
-def test_iter_torch_batches(ray_cluster, run_config):
-    def train_fn():
-        import torch
-
-        shard = trainkit.get_dataset_shard("train")
-        rows = 0
-        for batch in shard.iter_torch_batches(batch_size=100, dtypes=torch.float32):
-            assert isinstance(batch["x"], torch.Tensor) and batch["x"].dtype == torch.float32
-            rows += len(batch["x"])
-        trainkit.report({"rows": rows})
-
-    recorder = Recorder()
-    DataParallelTrainer(train_fn, scaling_config=TWO, datasets={"train": ray_data.from_pandas(frame())},
-                        run_config=run_config(callbacks=[recorder])).fit()
-    assert [m["rows"] for m in recorder.reports[0]] == [ROWS // 2, ROWS // 2]
 
 
 def test_ray_data_and_tune_are_imported_only_when_used():
