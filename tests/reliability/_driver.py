@@ -1,7 +1,8 @@
 """A driver the reliability tests can kill: ``_driver.py STORAGE NAME STEPS OPTIONS_JSON``.
 
-Each step rank 0 checkpoints a file holding the step; the function resumes from it. Prints one
-JSON line: the first step of the last attempt and the final metrics.
+Each step rank 0 checkpoints a file holding the step (unless ``"checkpoint": false``: metrics
+only); the function resumes from it. Prints one JSON line: the first step of the last attempt and
+the final metrics.
 """
 
 import json
@@ -17,8 +18,11 @@ def train_fn(config):
     ctx = trainkit.get_context()
     start = resume_step()
     for step in range(start, config["steps"]):
-        report_step(step, {"step": step, "start": start, "attempt": ctx.get_attempt(), "t": time.time()},
-                    rank0_only=True, files={"blob.bin": os.urandom(64 << 10)})
+        metrics = {"step": step, "start": start, "attempt": ctx.get_attempt(), "t": time.time()}
+        if config["checkpoint"]:
+            report_step(step, metrics, rank0_only=True, files={"blob.bin": os.urandom(64 << 10)})
+        else:
+            trainkit.report(metrics)
         time.sleep(config["sleep"])
     return start
 
@@ -26,7 +30,8 @@ def train_fn(config):
 if __name__ == "__main__":
     storage, name, steps, options = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
     result = trainkit.DataParallelTrainer(
-        train_fn, train_loop_config={"steps": steps, "sleep": options.get("sleep", 0.05)},
+        train_fn, train_loop_config={"steps": steps, "sleep": options.get("sleep", 0.05),
+                                     "checkpoint": options.get("checkpoint", True)},
         scaling_config=trainkit.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
         run_config=trainkit.RunConfig(
             name=name, storage_path=storage,

@@ -64,7 +64,8 @@ def _exchange(caller: str, value: Any, timeout_s: float) -> dict[int, Any]:
             name=name, get_if_exists=True).remote(context.world_size)
     call = session.collective_calls
     session.collective_calls += 1
-    return ray.get(session.rendezvous.exchange.remote(call, context.world_rank, value, timeout_s))
+    with session.progress.waiting_for_peers():
+        return ray.get(session.rendezvous.exchange.remote(call, context.world_rank, value, timeout_s))
 
 
 def barrier(timeout_s: float = DEFAULT_TIMEOUT_S) -> None:

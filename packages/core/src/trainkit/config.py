@@ -212,14 +212,28 @@ class FailureConfig:
             forever.
         worker_timeout_s: a worker that does not answer the driver's heartbeat for this long (a
             frozen or partitioned process) fails the attempt with an error naming its rank.
+        progress_timeout_s: a rank that makes no progress for this long (no ``report()`` and no
+            ``trainkit.collective`` call, counted from its last one or from the start of the
+            training function) while its process still answers (a deadlock, an endless loop, a
+            hung read) fails the attempt with an error naming it and its training thread's stack.
+            ``None`` turns it off. The default, an hour, is meant never to trip a real job: lower
+            it to catch hangs sooner, raise it when a rank can go longer between reports (e.g.
+            one report per epoch of more than an hour).
     """
 
     max_failures: int = 0
     worker_timeout_s: float = 60.0
+    progress_timeout_s: float | None = 3600.0
 
     def __post_init__(self) -> None:
         _check_int("max_failures", self.max_failures, minimum=-1)
         _check_number("worker_timeout_s", self.worker_timeout_s, minimum=0, allow_equal=False)
+        if self.progress_timeout_s is not None:
+            try:
+                _check_number("progress_timeout_s", self.progress_timeout_s, minimum=0, allow_equal=False)
+            except ValueError:
+                raise _bad("progress_timeout_s", self.progress_timeout_s,
+                           "None (off) or a finite number of seconds > 0") from None
 
 
 @dataclass(frozen=True)

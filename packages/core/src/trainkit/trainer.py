@@ -15,17 +15,24 @@ from trainkit.validation import ValidationConfig
 __all__ = ["DataParallelTrainer", "Trainer"]
 
 
-def _check_picklable(fn: Callable) -> None:
-    """Fail before any worker starts when the function can't be shipped to workers."""
+_NOT_PICKLABLE = "Create locks, sockets, open files and clients inside the function instead of {}."
+
+
+def _check_picklable(fn: Callable, config: dict | None) -> None:
+    """Fail before any worker starts when the function or its config can't be shipped to workers."""
     from ray import cloudpickle
 
     try:
         cloudpickle.dumps(fn)
     except Exception as exc:  # noqa: BLE001 - any pickling failure gets the same explanation
-        raise TypeError(
-            f"train_loop_per_worker {getattr(fn, '__qualname__', fn)!r} cannot be sent to workers: {exc}. "
-            "Create locks, sockets, open files and clients inside the function instead of capturing them."
-        ) from exc
+        raise TypeError(f"train_loop_per_worker {getattr(fn, '__qualname__', fn)!r} cannot be sent to workers: "
+                        f"{exc}. " + _NOT_PICKLABLE.format("capturing them")) from exc
+    for key, value in (config or {}).items():
+        try:
+            cloudpickle.dumps(value)
+        except Exception as exc:  # noqa: BLE001
+            raise TypeError(f"train_loop_config[{key!r}] ({type(value).__name__}) cannot be sent to workers: "
+                            f"{exc}. " + _NOT_PICKLABLE.format("passing them in the config")) from exc
 
 
 class DataParallelTrainer:
@@ -87,7 +94,7 @@ class DataParallelTrainer:
         get_plugins().hook.trainkit_check_inputs(train_loop_per_worker=self.train_loop_per_worker,
                                                  train_loop_config=self.train_loop_config, datasets=self.datasets)
         if not self.scaling_config.local_mode:
-            _check_picklable(self.train_loop_per_worker)
+            _check_picklable(self.train_loop_per_worker, self.train_loop_config)
         controller = Controller(
             train_fn=self.train_loop_per_worker, train_loop_config=self.train_loop_config,
             backend_config=self.backend_config, scaling_config=self.scaling_config,

@@ -18,6 +18,7 @@ from trainkit._internal import faults
 from trainkit._internal.lock import RunLock
 from trainkit._internal.retry import StorageError
 from trainkit._internal.plugins import get_plugins
+from trainkit._internal.progress import ProgressWatch
 from trainkit._internal.run_state import CheckpointRecord, RunState, start_profile
 from trainkit._internal.session import SALVAGE_S, Session, TrainContext, set_session
 from trainkit._internal.storage import FileEntry, RunStorage
@@ -34,6 +35,7 @@ logger = logging.getLogger("trainkit")
 
 POLL_S = 2.0  # a worker answers a poll at least this often (heartbeat)
 ELASTIC_PLACEMENT_S = 10.0  # an elastic start waits this long for more than min_workers, then tries fewer
+STATE_EVERY_S = 1.0  # run_state.json follows reports without a checkpoint at most this often
 
 
 @dataclass
@@ -85,6 +87,7 @@ class Controller:
         self._first_attempt = 0
         self._start_marks: dict[str, float] = {}  # the attempt's, until its first report
         self._import_s: list[float] = []
+        self._unsaved = False  # reports since run_state.json was last written
 
     # -- run -------------------------------------------------------------------------------------
     def run(self) -> Result:
@@ -102,8 +105,28 @@ class Controller:
                 ensure_ray()
                 self._ray_start_s = time.monotonic() - begin
             return self._run_attempts()
+        except KeyboardInterrupt:
+            self._interrupted()
         finally:
             lock.release()
+
+    def _interrupted(self) -> None:
+        """Ctrl-C: the attempt's workers are already stopped; record the run as interrupted and
+        end the program with one line instead of a traceback through Ray's internals."""
+        import sys
+
+        state = self.state
+        if state is not None:
+            state.status, state.error = "interrupted", "interrupted by the user (Ctrl-C)"
+            try:
+                state.save(self.storage)
+            except Exception as exc:  # noqa: BLE001 - the line below still says where the run stands
+                self.display.note(f"could not record the interruption in {storage_mod.STATE}: {exc}")
+        resume = f"; run it again with the same name to resume from {state.latest_checkpoint}" \
+            if state is not None and state.latest_checkpoint else ""
+        print(f"trainkit: run {self.storage.name!r} interrupted (Ctrl-C) after "
+              f"{state.next_report_index if state else 0} report(s){resume}", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None  # 128 + SIGINT, as a shell reports it
 
     def _prepare_state(self) -> None:
         storage = self.storage
@@ -298,6 +321,7 @@ class Controller:
         refs: dict[Any, int] = {}
         last_seen = {w.world_rank: time.monotonic() for w in group.workers}
         running = set(last_seen)
+        progress = ProgressWatch(self.run_config.failure_config.progress_timeout_s)
 
         def poll(rank: int) -> None:
             refs[group.workers[rank].actor.poll.remote(min(POLL_S, timeout_s / 2), self._acks.pop(rank, []))] = rank
@@ -346,6 +370,9 @@ class Controller:
                 outcome.error = TrainingFailedError(
                     f"rank(s) {hung} stopped responding for more than {timeout_s:g} s "
                     "(FailureConfig.worker_timeout_s)", rank=hung[0], error_type="WorkerHung")
+            if outcome.error is None and (stuck := progress.check(group.workers, running)):
+                outcome.error = outcome.worker_errors[stuck.rank] = stuck
+            self._save_state_if_due()
             if can_grow and running and now >= next_check and outcome.error is None:
                 from trainkit._internal.elastic import workers_that_fit
 
@@ -441,6 +468,14 @@ class Controller:
             self._merge_validations()  # local mode has no watch loop: merge what finished
         checkpoint, name = None, None
         with_files = [r for r in reports.values() if r.tmp_path]
+        if failed := sorted((r.rank, r.error) for r in reports.values() if r.error):
+            # A rank's upload failed (its report() raised): the checkpoint is incomplete. The index
+            # is closed with its metrics alone so later reports commit; the others' files go.
+            self.display.note(f"report {index}: checkpoint dropped, rank {failed[0][0]}'s upload failed "
+                              f"({failed[0][1]}); the run goes on from the previous checkpoint")
+            for tmp_path in {r.tmp_path for r in with_files}:
+                storage.delete_dir(tmp_path)
+            with_files = []
         if with_files:
             names = {r.checkpoint_name for r in with_files}
             if len(names) > 1:
@@ -474,16 +509,36 @@ class Controller:
             faults.point("before_retention", index=index)
             for record in dropped:
                 storage.delete_dir(storage.path(record.name))
-            if self._local_session is not None:
-                self._local_session.on_committed(index, checkpoint, metrics)
-            else:
-                for rank in range(self._world_size):
-                    self._acks.setdefault(rank, []).append((index, checkpoint, metrics))
+            self._acknowledge(index, checkpoint, metrics)
+        if failed:  # the ranks that uploaded stop waiting for it in get_all_reported_checkpoints()
+            self._acknowledge(index, None, metrics)
+        if checkpoint is None:
+            self._unsaved = True
+            self._save_state_if_due()
         all_metrics = [reports[r].metrics for r in sorted(reports)]
         self.display.report(index, metrics, name)
         self.plugins.hook.trainkit_after_report(run_name=storage.name, index=index, metrics=metrics,
                                                 all_metrics=all_metrics, checkpoint=checkpoint)
         self._callbacks("after_report", self._run_context(), all_metrics, checkpoint)
+
+    def _save_state_if_due(self) -> None:
+        """Keep run_state.json current between checkpoint commits (report count, last metrics), at
+        most every ``STATE_EVERY_S``; a storage hiccup here waits for the next one."""
+        if not self._unsaved or time.time() - self.state.updated < STATE_EVERY_S:
+            return
+        try:
+            self.state.save(self.storage)
+            self._unsaved = False
+        except StorageError as exc:
+            self.display.note(f"could not update {storage_mod.STATE} (retried at the next report): {exc}")
+
+    def _acknowledge(self, index: int, checkpoint: Checkpoint | None, metrics: dict) -> None:
+        """Tell every rank report ``index`` is committed (``checkpoint`` None: without one)."""
+        if self._local_session is not None:
+            self._local_session.on_committed(index, checkpoint, metrics)
+        else:
+            for rank in range(self._world_size):
+                self._acks.setdefault(rank, []).append((index, checkpoint, metrics))
 
     def _protected(self) -> set[str]:
         """Checkpoints retention must keep for now: those waiting for their validation."""

@@ -17,6 +17,7 @@ class Report:
     tmp_path: str | None = None
     files: list[FileEntry] = field(default_factory=list)
     validation: Any = None  # True or a ValidationTaskConfig: validate this report's checkpoint
+    error: str | None = None  # this rank's checkpoint upload failed: the index is closed without one
 
 
 @dataclass

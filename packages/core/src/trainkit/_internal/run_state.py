@@ -39,6 +39,23 @@ def start_profile(marks: dict[str, float], import_s: list[float], ray_start_s: f
     return profile
 
 
+def _driver_silent_s(fs: "pafs.FileSystem", run_path: str) -> float | None:
+    """How long the run's driver has been silent, once it counts as gone: its lease (the run
+    lock) heartbeat is older than ``lock.STALE_S``, or the lease is gone (a driver that ends
+    releases it only after its last state write)."""
+    from trainkit._internal import lock
+
+    try:
+        with fs.open_input_stream(posixpath.join(run_path, lock.LOCK)) as f:
+            heartbeat = float(json.loads(f.read().decode()).get("heartbeat", 0))
+    except FileNotFoundError:
+        return 0.0
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None  # torn mid-write or unreadable: the driver may well be alive
+    silent_s = time.time() - heartbeat
+    return silent_s if silent_s > lock.STALE_S else None
+
+
 @dataclass
 class CheckpointRecord:
     name: str
@@ -50,7 +67,7 @@ class CheckpointRecord:
 @dataclass
 class RunState:
     name: str
-    status: str = "running"  # running | finished | failed
+    status: str = "running"  # running | finished | failed | interrupted (Ctrl-C, or its driver died)
     backend: str = ""
     num_workers: int = 0
     attempt: int = 0
@@ -82,11 +99,16 @@ class RunState:
 
     @classmethod
     def load(cls, fs: "pafs.FileSystem", run_path: str) -> "RunState | None":
-        """The state, falling back to the previous copy when the current one is torn or corrupt."""
+        """The state, falling back to the previous copy when the current one is torn or corrupt. A
+        "running" run whose driver is gone reads as "interrupted"."""
         for name in (storage_mod.STATE, storage_mod.STATE + ".prev"):
             try:
                 with fs.open_input_stream(posixpath.join(run_path, name)) as f:
-                    return cls.from_json(json.loads(f.read().decode()))
+                    state = cls.from_json(json.loads(f.read().decode()))
+                if state.status == "running" and (silent_s := _driver_silent_s(fs, run_path)) is not None:
+                    state.status = "interrupted"
+                    state.error = f"its driver stopped without finishing the run (no heartbeat for {silent_s:.0f} s)"
+                return state
             except FileNotFoundError:
                 continue
             except (ValueError, TypeError, KeyError) as exc:

@@ -19,6 +19,7 @@ from trainkit._internal import storage as storage_mod
 from trainkit._internal.events import Report
 from trainkit._internal.metrics import validate_metrics
 from trainkit._internal.naming import validate_name
+from trainkit._internal.progress import Progress
 from trainkit.checkpoint import Checkpoint
 
 SALVAGE_S = 30.0  # how long a failed training function's in-flight uploads may take to commit
@@ -110,6 +111,7 @@ class Session:
         self.datasets = datasets or {}
         self.rendezvous: Any = None  # trainkit.collective's actor handle, made by the first call
         self.collective_calls = 0
+        self.progress = Progress()  # reset by report() and collectives: see _internal/progress.py
         self._uploader: ThreadPoolExecutor | None = None
         self._pending: list[Future] = []
         self._committed: dict[int, tuple[Checkpoint, dict]] = {}
@@ -127,6 +129,7 @@ class Session:
         checkpoint_upload_fn: Callable[[Checkpoint, str], Checkpoint] | None = None,
         validation: Any = None,
     ) -> None:
+        self.progress.mark()
         self._raise_upload_errors()
         validation = _check_validation(validation, checkpoint)
         metrics = validate_metrics(metrics)
@@ -149,32 +152,47 @@ class Session:
 
         where = {"rank": rank, "attempt": self.context.attempt, "index": index}
 
-        def finish(files: list[storage_mod.FileEntry]) -> None:
+        def failed(exc: BaseException) -> None:
+            # This rank's checkpoint never reaches storage: tell the driver, so the index is closed
+            # (metrics only, the other ranks' files dropped) rather than left a hole later reports
+            # wait behind. The error still reaches the caller.
+            self._reported_checkpoints.remove(index)
+            self._hand_over(Report(rank, index, metrics, name, tmp_path, error=f"{type(exc).__name__}: {exc}"))
+
+        def deliver(files: Callable[[], list[storage_mod.FileEntry]]) -> None:
+            try:
+                entries = files()
+            except BaseException as exc:
+                failed(exc)
+                raise
             if delete_local_checkpoint_after_upload and mode is not CheckpointUploadMode.NO_UPLOAD:
                 shutil.rmtree(checkpoint.path, ignore_errors=True)
-            self._hand_over(Report(rank, index, metrics, name, tmp_path, files, validation))
+            self._hand_over(Report(rank, index, metrics, name, tmp_path, entries, validation))
 
-        def upload() -> None:
+        def upload() -> list[storage_mod.FileEntry]:
             if mode is CheckpointUploadMode.NO_UPLOAD:
-                finish(self._register_in_place(checkpoint, tmp_path))
-            elif checkpoint_upload_fn is not None:
+                return self._register_in_place(checkpoint, tmp_path)
+            if checkpoint_upload_fn is not None:
                 uploaded = checkpoint_upload_fn(checkpoint, tmp_path)
                 if uploaded.path != tmp_path:
                     raise ValueError(f"checkpoint_upload_fn must upload to the destination it is given "
                                      f"({tmp_path!r}), not {uploaded.path!r}")
-                finish(storage_mod.hash_tree(uploaded.filesystem, uploaded.path))
-            elif mode is CheckpointUploadMode.SYNC and storage_mod.is_local(self.storage.fs):
-                # The files are in storage when report() returns; their sha256s (needed only at
-                # the driver's commit) are computed in the background, off the training thread.
-                copied = storage_mod.copy_dir_local(checkpoint.path, tmp_path, **where)
-                self._background(lambda: finish(storage_mod.hash_local(tmp_path, copied)))
-            else:
-                finish(storage_mod.upload_dir(checkpoint.path, self.storage.fs, tmp_path, **where))
+                return storage_mod.hash_tree(uploaded.filesystem, uploaded.path)
+            return storage_mod.upload_dir(checkpoint.path, self.storage.fs, tmp_path, **where)
 
         if mode is CheckpointUploadMode.ASYNC:
-            self._background(upload)
+            self._background(lambda: deliver(upload))
+        elif mode is CheckpointUploadMode.SYNC and checkpoint_upload_fn is None and storage_mod.is_local(self.storage.fs):
+            # The files are in storage when report() returns; their sha256s (needed only at the
+            # driver's commit) are computed in the background, off the training thread.
+            try:
+                copied = storage_mod.copy_dir_local(checkpoint.path, tmp_path, **where)
+            except BaseException as exc:
+                failed(exc)
+                raise
+            self._background(lambda: deliver(lambda: storage_mod.hash_local(tmp_path, copied)))
         else:
-            upload()
+            deliver(upload)
 
     def _background(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` in this session's single upload thread (so reports stay in order)."""
@@ -224,17 +242,19 @@ class Session:
             self._uploader.shutdown()
 
     # -- what the driver committed ---------------------------------------------------------------
-    def on_committed(self, index: int, checkpoint: Checkpoint, metrics: dict) -> None:
+    def on_committed(self, index: int, checkpoint: Checkpoint | None, metrics: dict) -> None:
+        """The driver committed report ``index`` (``checkpoint`` None: it dropped its checkpoint)."""
         with self._commit_cond:
             self._committed[index] = (checkpoint, metrics)
             self._commit_cond.notify_all()
 
     def all_reported_checkpoints(self, timeout: float | None = None) -> list[tuple[Checkpoint, dict]]:
-        """Checkpoints this rank reported, once the driver has committed every one of them."""
+        """Checkpoints this rank reported, once the driver has committed (or, when a rank's upload
+        failed, dropped) every one of them."""
         with self._commit_cond:
             self._commit_cond.wait_for(
                 lambda: all(i in self._committed for i in self._reported_checkpoints), timeout)
-            return [self._committed[i] for i in sorted(self._committed)]
+            return [self._committed[i] for i in sorted(self._committed) if self._committed[i][0] is not None]
 
 
 _session: Session | None = None

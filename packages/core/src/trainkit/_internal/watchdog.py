@@ -19,10 +19,12 @@ _watchdog: subprocess.Popen | None = None
 
 
 def start(root_pids: list[int]) -> None:
-    """Start watching the trees under ``root_pids`` until this process exits."""
+    """Start watching the trees under ``root_pids`` until this process exits (or the next
+    ``start``: one watchdog per process, the previous cluster's ends with its cluster)."""
     global _watchdog
     if not os.path.isdir("/proc") or not root_pids:
         return
+    stop()  # the user's ray.shutdown() stopped the cluster it watched
     _watchdog = subprocess.Popen([sys.executable, __file__, *map(str, root_pids)], stdin=subprocess.PIPE,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
@@ -32,6 +34,10 @@ def stop() -> None:
     global _watchdog
     if _watchdog is not None:
         _watchdog.stdin.close()
+        try:
+            _watchdog.wait(timeout=5)  # reaped: no zombie left behind
+        except subprocess.TimeoutExpired:
+            pass
         _watchdog = None
 
 

@@ -25,6 +25,9 @@ from trainkit.backend import BackendConfig
 from trainkit.checkpoint import Checkpoint
 
 
+POLL_EVENTS = 1000
+
+
 class _RankOutput(io.TextIOBase):
     """A stdout/stderr replacement that forwards whole lines to the driver and to the original stream."""
 
@@ -67,6 +70,18 @@ def call_train_fn(fn: Callable, config: dict | None) -> Any:
     return fn(config if config is not None else {}) if takes_arg else fn()
 
 
+def _check_return_value(fn: Callable, value: Any) -> None:
+    """The return value travels to the driver pickled: say so plainly when it cannot."""
+    from ray import cloudpickle
+
+    try:
+        cloudpickle.dumps(value)
+    except Exception as exc:  # noqa: BLE001 - any pickling failure gets the same explanation
+        raise TypeError(f"the training function {getattr(fn, '__qualname__', fn)!r} returned a "
+                        f"{type(value).__name__} that cannot be sent to the driver: {exc}. Return plain data "
+                        "(numbers, strings, dicts, arrays) or save the object in a checkpoint") from None
+
+
 def failure_event(rank: int, exc: BaseException) -> Failed:
     try:
         pickle.loads(pickle.dumps(exc))  # some exceptions pickle but cannot be rebuilt
@@ -92,6 +107,7 @@ class Worker:
         self._session: Session | None = None
         self._context: TrainContext | None = None
         self._hooks = False
+        self._train_thread: threading.Thread | None = None
 
     def _import_all(self, modules: tuple[str, ...]) -> None:
         start = time.monotonic()
@@ -150,6 +166,7 @@ class Worker:
                 fn = cloudpickle.loads(pickled_fn)
                 with backend_config.train_fn_context():
                     value = call_train_fn(fn, config)
+                _check_return_value(fn, value)
                 self._session.finish()
                 event: Any = Finished(rank, value)
             except BaseException as exc:  # noqa: BLE001 - every error goes to the driver
@@ -162,11 +179,17 @@ class Worker:
             sys.stderr.flush()
             self._events.put(event)
 
-        threading.Thread(target=run, name=f"trainkit-train-rank{rank}", daemon=True).start()
+        self._train_thread = threading.Thread(target=run, name=f"trainkit-train-rank{rank}", daemon=True)
+        self._train_thread.start()
         return self._import_s
 
+    def progress(self, timeout_s: float) -> tuple[float, str] | None:
+        """(seconds without progress, the training thread's stack) once that exceeds ``timeout_s``."""
+        return self._session and self._session.progress.stalled(self._train_thread, timeout_s)
+
     def poll(self, timeout: float, committed: list[tuple[int, Checkpoint, dict]]) -> list[Any]:
-        """Wait up to ``timeout`` s for events and return all that are ready."""
+        """Wait up to ``timeout`` s for events and return those ready, at most ``POLL_EVENTS`` (a
+        backlog reaches the driver in bounded batches: its memory stays flat)."""
         if self._session is not None:
             for index, checkpoint, metrics in committed:
                 self._session.on_committed(index, checkpoint, metrics)
@@ -174,11 +197,12 @@ class Worker:
             events = [self._events.get(timeout=timeout)]
         except queue.Empty:
             return []
-        while True:
+        while len(events) < POLL_EVENTS:
             try:
                 events.append(self._events.get_nowait())
             except queue.Empty:
-                return events
+                break
+        return events
 
     def stop(self) -> None:
         from trainkit._internal.plugins import get_plugins
