@@ -84,6 +84,10 @@ def test_failure_and_checkpoint_config_validation():
     for bad in (-2, 1.5, True, "3"):
         with pytest.raises(ValueError, match="max_failures"):
             FailureConfig(max_failures=bad)
+    assert FailureConfig().progress_timeout_s == 3600 and FailureConfig(progress_timeout_s=None).progress_timeout_s is None
+    for bad in (0, -1, float("inf"), True, "60"):
+        with pytest.raises(ValueError, match=r"progress_timeout_s=.* None \(off\) or a finite number of seconds > 0"):
+            FailureConfig(progress_timeout_s=bad)
     with pytest.raises(ValueError, match="num_to_keep"):
         CheckpointConfig(num_to_keep=0)
     with pytest.raises(ValueError, match="checkpoint_score_order"):
