@@ -39,21 +39,21 @@ def start_profile(marks: dict[str, float], import_s: list[float], ray_start_s: f
     return profile
 
 
-def _driver_silent_s(fs: "pafs.FileSystem", run_path: str) -> float | None:
-    """How long the run's driver has been silent, once it counts as gone: its lease (the run
-    lock) heartbeat is older than ``lock.STALE_S``, or the lease is gone (a driver that ends
-    releases it only after its last state write)."""
+def _driver_gone(fs: "pafs.FileSystem", run_path: str) -> str | None:
+    """Why the run's driver counts as gone, if it does: its lease's (the run lock's) heartbeat is
+    older than ``lock.STALE_S``, or the lease is gone (a driver that ends releases it only after
+    its last state write)."""
     from trainkit._internal import lock
 
     try:
         with fs.open_input_stream(posixpath.join(run_path, lock.LOCK)) as f:
             heartbeat = float(json.loads(f.read().decode()).get("heartbeat", 0))
     except FileNotFoundError:
-        return 0.0
+        return "its lease is gone"
     except (OSError, ValueError, TypeError, AttributeError):
         return None  # torn mid-write or unreadable: the driver may well be alive
     silent_s = time.time() - heartbeat
-    return silent_s if silent_s > lock.STALE_S else None
+    return f"no heartbeat for {silent_s:.0f} s" if silent_s > lock.STALE_S else None
 
 
 @dataclass
@@ -105,9 +105,8 @@ class RunState:
             try:
                 with fs.open_input_stream(posixpath.join(run_path, name)) as f:
                     state = cls.from_json(json.loads(f.read().decode()))
-                if state.status == "running" and (silent_s := _driver_silent_s(fs, run_path)) is not None:
-                    state.status = "interrupted"
-                    state.error = f"its driver stopped without finishing the run (no heartbeat for {silent_s:.0f} s)"
+                if state.status == "running" and (gone := _driver_gone(fs, run_path)):
+                    state.status, state.error = "interrupted", f"its driver stopped without finishing the run ({gone})"
                 return state
             except FileNotFoundError:
                 continue
