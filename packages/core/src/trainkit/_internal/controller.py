@@ -187,6 +187,8 @@ class Controller:
                     break
                 self.display.note(f"attempt {state.attempt} failed ({str(err).splitlines()[0]}); "
                                   f"restarting from {state.latest_checkpoint or 'scratch'}")
+                if err.error_type == "WorkerStuck":  # where it hung, or a retry hides the bug
+                    self.display.note(err.worker_traceback)
                 self._next_attempt()
         finally:
             self.display.stop()
