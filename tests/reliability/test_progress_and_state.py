@@ -78,9 +78,10 @@ class KeepErrors(trainkit.UserCallback):
 
 
 def test_a2_rank_stuck_in_user_code_is_named_with_its_stack_and_retried(ray_cluster, run_config, tmp_path, figure,
-                                                                      check_run_dir):
+                                                                      check_run_dir, capfd):
     marker, errors = str(tmp_path / "stuck"), KeepErrors()
-    config = run_config(failure_config=FailureConfig(max_failures=1, progress_timeout_s=2), callbacks=[errors])
+    config = run_config(failure_config=FailureConfig(max_failures=1, progress_timeout_s=2), callbacks=[errors],
+                        verbose=1)
     result = DataParallelTrainer(rank_one_gets_stuck, train_loop_config={"steps": 4, "marker": marker},
                                  scaling_config=TWO, run_config=config).fit()
     state = check_run_dir(result.path)
@@ -94,6 +95,8 @@ def test_a2_rank_stuck_in_user_code_is_named_with_its_stack_and_retried(ray_clus
                  f"{recovered_s:.1f} s later, resumed after report {attempts.index(1) - 1}; checkpoints lost: 0")
     assert failure["rank"] == 1 and failure["type"] == "WorkerStuck" and "[1]" in failure["message"]
     assert "in stuck_in_user_code" in errors.errors[0] and "progress_timeout_s" in errors.errors[0]
+    shown = capfd.readouterr()
+    assert "in stuck_in_user_code" in shown.out + shown.err  # the retry does not hide where it hung
     assert detected_s < 2 + 4
     assert result.error is None and result.metrics == {"step": 3} and attempts == [0, 0, 1, 1]
 
