@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 
-EXTRAS_ONLY = ("trainkit.testing",)  # modules that need an extra (trainkit[testing])
+EXTRAS_ONLY = ("trainkit.testing",)  # modules that need an extra (trainkit-core[testing])
 
 
 def modules_of(dist: str) -> list[str]:
