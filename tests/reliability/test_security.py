@@ -159,3 +159,26 @@ def test_s6_embedded_cluster_listens_on_loopback_only(tmp_path, figure):
     figure("S6", f"{len(seen['listeners'])} listening sockets of the embedded cluster during a run; beyond loopback: "
                  f"{len(outside)}")
     assert seen["listeners"] and not outside
+
+
+def _listeners_of_this_process():
+    trainkit.report({"rank": trainkit.get_context().get_world_rank(), "master_port": int(os.environ["MASTER_PORT"]),
+                     "listeners": sorted({f"{c.laddr.ip} {c.laddr.port}" for c in psutil.Process().net_connections("inet")
+                                          if c.status == "LISTEN"})})
+
+
+def test_s6_torch_process_group_listens_on_the_node_address_only(ray_cluster, run_config, figure):
+    """torch's TCPStore (MASTER_PORT) listens on every interface whatever MASTER_ADDR says, unless
+    handed a bound socket: on the embedded cluster nothing a TorchTrainer run opens is beyond loopback."""
+    pytest.importorskip("torch")
+    from trainkit_torch import TorchTrainer
+
+    result = TorchTrainer(_listeners_of_this_process, run_config=run_config(),
+                          scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5})).fit()
+    metrics = result.metrics  # rank 0's report
+    listeners = [line.split() for line in metrics["listeners"]]
+    store = [ip for ip, port in listeners if int(port) == metrics["master_port"]]
+    outside = [ip for ip, _ in listeners if ip not in ("127.0.0.1", "::1", "::ffff:127.0.0.1")]
+    figure("S6", f"TorchTrainer rank 0: TCPStore on MASTER_PORT bound to {store}; {len(listeners)} listeners, "
+                 f"beyond loopback: {len(outside)}")
+    assert store == ["127.0.0.1"] and not outside, listeners
