@@ -207,15 +207,18 @@ def together(session: nox.Session) -> None:
 @nox.session(python=PYTHON, tags=["ci"])
 @_pruned_on_ci
 def packaging(session: nox.Session) -> None:
-    """Builds every sdist and wheel (each wheel from its sdist), then installs core alone and each
+    """Builds every sdist and wheel (each wheel from its sdist), checks them (``twine check --strict``;
+    LICENSE and py.typed in each wheel, no relative README link), then installs core alone and each
     plugin alone into fresh environments: entry point loads, every module imports, a 2-worker run
     works by backend name, ``pip check`` is clean, and no undeclared dependency is needed."""
-    session.install("build")
+    session.install("build", "twine")
     dist = Path(session.virtualenv.location) / "dist"
     shutil.rmtree(dist, ignore_errors=True)
     for package in PACKAGES:
         session.run("python", "-m", "build", "--outdir", str(dist), str(package), silent=True)
     session.log("built: " + ", ".join(sorted(p.name for p in dist.iterdir())))
+    session.run("twine", "check", "--strict", *sorted(str(p) for p in dist.iterdir()))
+    session.run("python", str(ROOT / "tests" / "packaging_check.py"), "--built", str(dist))
     for package in PACKAGES:
         project = _pyproject(package)["project"]
         plugins = list(project.get("entry-points", {}).get("trainkit.plugins", {}))

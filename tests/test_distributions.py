@@ -2,6 +2,7 @@
 named and wired the same way, a core extra naming it, a test matrix with the oldest supported and
 latest versions, and tests that run trainkit.testing's conformance suites."""
 
+import re
 import tomllib
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).parent.parent
+REPOSITORY = "https://github.com/trainkit/trainkit"
 CORE = tomllib.loads((ROOT / "packages" / "core" / "pyproject.toml").read_text())
 PLUGINS = sorted(p.parent for p in ROOT.glob("packages/*/pyproject.toml") if p.parent.name != "core")
 # Every pyproject a user may build or copy: the distributions, the plugin template, the third-party fixture.
@@ -62,3 +64,15 @@ def test_nothing_is_named_or_needs_the_index_s_trainkit(pyproject):
 
 def test_core_is_trainkit_core():
     assert CORE["project"]["name"] == "trainkit-core"
+
+
+@pytest.mark.parametrize("package", [ROOT / "packages" / "core", *PLUGINS], ids=lambda p: p.name)
+def test_publishable_metadata(package):
+    """What the index shows and a user's tools need; the packaging session checks the built files."""
+    meta = tomllib.loads((package / "pyproject.toml").read_text())["project"]
+    assert meta["license"] == "Apache-2.0" and (package / "LICENSE").read_text() == (ROOT / "LICENSE").read_text()
+    assert set(meta["urls"]) >= {"Homepage", "Source", "Issues", "Changelog"}
+    assert all(url.startswith(REPOSITORY) for url in meta["urls"].values())
+    assert "Typing :: Typed" in meta["classifiers"] and list((package / "src").glob("*/py.typed"))
+    links = re.findall(r"\]\((?!https?://|#)([^)]*)\)", (package / meta["readme"]).read_text())
+    assert not links, f"relative links are broken on the index's project page: {links}"
