@@ -185,7 +185,7 @@ class Controller:
         result = state.to_result(storage.fs, storage.run_path, self.run_config.checkpoint_config,
                                  error=outcome.error, return_value=outcome.return_value)
         self._callbacks("on_run_end", self._run_context(), result)
-        self.display.summary(result, attempts=failures + (outcome.error is None),
+        self.display.summary(result, attempts=state.attempt + 1, reports=state.next_report_index,
                              checkpoint_config=self.run_config.checkpoint_config)
         return result
 
