@@ -29,3 +29,20 @@ def test_ray_patches_switch_off_and_runs_still_work(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split("\n")[-2] == "2 True []", out.stdout
+
+
+def test_use_gpu_without_a_gpu_fails_at_once_saying_so(ray_cluster, run_config):
+    import time
+
+    import pytest
+
+    import trainkit
+    from trainkit import DataParallelTrainer, ScalingConfig
+
+    if ray_cluster.cluster_resources().get("GPU"):
+        pytest.skip("this machine has a GPU")
+    begin = time.monotonic()
+    with pytest.raises(ValueError, match=r"GPU=1 \(the machine has 0\).*use_gpu=True needs a GPU"):
+        DataParallelTrainer(lambda: trainkit.report({"x": 1}), scaling_config=ScalingConfig(num_workers=2, use_gpu=True),
+                            run_config=run_config()).fit()
+    assert time.monotonic() - begin < 10  # not the 60 s placement timeout

@@ -96,10 +96,11 @@ class Controller:
             self._prepare_state()
             self._first_attempt = self.state.attempt
             if not self.scaling.local_mode:
-                from trainkit._internal.ray_runtime import ensure_ray
+                from trainkit._internal.ray_runtime import check_can_ever_place, ensure_ray
 
                 begin = time.monotonic()
                 ensure_ray()
+                check_can_ever_place(self.scaling)
                 self._ray_start_s = time.monotonic() - begin
             return self._run_attempts()
         finally:

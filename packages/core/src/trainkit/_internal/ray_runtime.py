@@ -66,11 +66,34 @@ def ensure_ray(**init_kwargs: object) -> None:
     finally:
         notice.setLevel(level)
         services.get_node, node_cls.__init__, node_cls.start_api_server = slow_get_node, full_init, api_server
+    global _embedded_node
+    _embedded_node = ray._private.worker._global_node
     if patched:
         atexit.register(_stop_embedded_cluster)  # runs before Ray's own exit hook (atexit is LIFO)
     node = getattr(ray._private.worker, "_global_node", None)
     processes = getattr(node, "all_processes", None) or {}
     watchdog.start([info.process.pid for infos in processes.values() for info in infos])
+
+
+_embedded_node = None  # the node of the cluster ensure_ray started in this process
+
+
+def check_can_ever_place(scaling) -> None:
+    """On the embedded cluster (no node joins it later), workers that need more of a resource than
+    the machine has fail now, naming it, not after the placement timeout."""
+    import ray
+
+    if _embedded_node is None or getattr(ray._private.worker, "_global_node", None) is not _embedded_node:
+        return
+    total = ray.cluster_resources()
+    short = {k: v for k, v in scaling.worker_resources.items() if v and total.get(k, 0) < v}
+    if not short:
+        return
+    needs = ", ".join(f"{k}={v:g} (the machine has {total.get(k, 0):g})" for k, v in short.items())
+    hint = (" use_gpu=True needs a GPU, and Ray found none on this machine: set use_gpu=False, or run on a"
+            " cluster with GPUs (RAY_ADDRESS)." if "GPU" in short and scaling.use_gpu else
+            " Lower resources_per_worker, or run on a cluster that has them (RAY_ADDRESS).")
+    raise ValueError(f"ScalingConfig: each worker needs {needs}, so no worker can ever start here.{hint}")
 
 
 def private_dir() -> Path:
