@@ -242,6 +242,10 @@ def quickstart(session: nox.Session) -> None:
     _install_core(session, PINNED["torch"])
     session.install(*_editable(ROOT / "packages" / "torch"), PINNED["torch"])
     session.run("python", "examples/torch_quickstart.py")
+    trainkit = Path(session.bin) / "trainkit"
+    session.log(f"Next: `{trainkit} runs` lists the run, `{trainkit} show <run>` shows its attempts and "
+                f"checkpoints (or `source {session.bin}/activate`, then `trainkit ...`). In your own "
+                "environment: `pip install trainkit-torch 'trainkit-core[plot]'`; README.md's Use section goes on.")
 
 
 @nox.session(python=PYTHON, default=False)
