@@ -26,11 +26,12 @@ def _init_process_group(backend: str | None, init_method: str, master: tuple[str
     # init_method "env" and "tcp" both mean a TCPStore at MASTER_ADDR:MASTER_PORT. torch's own store
     # server listens on every interface whatever MASTER_ADDR says, so rank 0 hands it a socket
     # bound to the node's address alone (loopback when the group is on one node).
-    listener = None
-    if rank == 0:
-        listener = socket.create_server((addr, port), backlog=world_size + 16)
-    store = dist.TCPStore(addr, port, world_size, rank == 0, timeout,
-                          master_listen_fd=listener.detach() if listener else None)
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    fd = socket.create_server((addr, port), family=family, backlog=world_size + 16).detach() if rank == 0 else None
+    try:
+        store = dist.TCPStore(addr, port, world_size, rank == 0, timeout, master_listen_fd=fd)
+    except NotImplementedError:  # some torch releases' libuv server takes no listening fd: the classic one does
+        store = dist.TCPStore(addr, port, world_size, rank == 0, timeout, master_listen_fd=fd, use_libuv=False)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     return backend
 
