@@ -101,7 +101,7 @@ def test_show_gives_where_the_start_went(ray_cluster, run_config):
 
 def test_end_of_run_summary_agrees_with_show_and_has_no_padding(tmp_path, capsys):
     """A run that failed once, then re-run: the summary printed off a terminal counts the attempts and
-    reports `trainkit show` counts, and its lines carry no trailing padding."""
+    reports `trainkit show` counts; its lines, and the commands', carry no trailing padding."""
     for _ in range(2):
         trainkit.DataParallelTrainer(
             fail_once_fn, train_loop_config={"marker": str(tmp_path / "failed-once")},
@@ -113,4 +113,6 @@ def test_end_of_run_summary_agrees_with_show_and_has_no_padding(tmp_path, capsys
     code, out, _ = cli("show", str(tmp_path / "twice"), "--json")
     shown = json.loads(out)
     assert (int(summary["attempts"]), int(summary["reports"])) == (shown["attempts"], shown["reports"]), summary
+    for command in (("show", str(tmp_path / "twice")), ("runs", str(tmp_path)), ("plugins",)):
+        lines += cli(*command)[1].splitlines()
     assert not [line for line in lines if line != line.rstrip()], lines

@@ -36,6 +36,17 @@ def format_metrics(metrics: dict[str, Any] | None, limit: int = 6) -> str:
     return " ".join(shown[:limit])
 
 
+def emit(console: Console, *renderables: Any) -> None:
+    """Print as rich draws it on a terminal; elsewhere (a file, a pipe) without the padding rich
+    adds to table cells at line ends."""
+    if console.is_terminal:
+        console.print(*renderables)
+        return
+    with console.capture() as captured:
+        console.print(*renderables)
+    console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
+
 class Display:
     def __init__(self, verbose: int | None, run_name: str):
         self.verbose = resolve_verbosity(verbose)
@@ -126,9 +137,4 @@ class Display:
         if result.error is not None:
             table.add_row("error", f"{type(result.error).__name__}: {str(result.error).splitlines()[0]}")
         table.add_row("time", f"{time.monotonic() - self._started:.1f} s")
-        if self.console.is_terminal:
-            self.console.print(table)
-            return
-        with self.console.capture() as captured:  # off a terminal: no cell padding at line ends
-            self.console.print(table)
-        self.console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+        emit(self.console, table)
