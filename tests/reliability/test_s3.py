@@ -52,3 +52,13 @@ def test_s3_run_checkpoints_fails_over_and_resumes(ray_cluster, s3_server, figur
     figure("R9", f"s3:// on SeaweedFS: 5 steps with 1 worker death (resumed at step {first.return_value}, right "
                  f"after the last commit), re-run resumed at step {second.return_value}, last checkpoint step {last} verified")
     assert second.return_value == 5 and last == "6"
+
+
+def test_s3_server_listens_on_loopback_and_only_on_ports_it_was_given(s3_server):
+    """No fixed port (SeaweedFS 4.48 opens Iceberg on 8181 and Lance on 9101 unless told not to): two
+    copies of the suite side by side must not collide."""
+    import psutil
+
+    listening = {c.laddr for c in psutil.Process(s3_server["pid"]).net_connections("inet") if c.status == "LISTEN"}
+    assert listening and {ip for ip, _ in listening} == {"127.0.0.1"}, listening
+    assert {port for _, port in listening} <= s3_server["ports"], listening

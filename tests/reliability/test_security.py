@@ -159,3 +159,42 @@ def test_s6_embedded_cluster_listens_on_loopback_only(tmp_path, figure):
     figure("S6", f"{len(seen['listeners'])} listening sockets of the embedded cluster during a run; beyond loopback: "
                  f"{len(outside)}")
     assert seen["listeners"] and not outside
+
+
+def _listeners_of_this_process():
+    trainkit.report({"rank": trainkit.get_context().get_world_rank(), "master_port": int(os.environ["MASTER_PORT"]),
+                     "listeners": sorted({f"{c.laddr.ip} {c.laddr.port}" for c in psutil.Process().net_connections("inet")
+                                          if c.status == "LISTEN"})})
+
+
+def test_s6_torch_process_group_listens_on_the_node_address_only(ray_cluster, run_config, figure):
+    """torch's TCPStore (MASTER_PORT) listens on every interface whatever MASTER_ADDR says, unless
+    handed a bound socket: on the embedded cluster nothing a TorchTrainer run opens is beyond loopback."""
+    pytest.importorskip("torch")
+    from trainkit_torch import TorchTrainer
+
+    result = TorchTrainer(_listeners_of_this_process, run_config=run_config(),
+                          scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5})).fit()
+    metrics = result.metrics  # rank 0's report
+    listeners = [line.split() for line in metrics["listeners"]]
+    store = [ip for ip, port in listeners if int(port) == metrics["master_port"]]
+    outside = [ip for ip, _ in listeners if ip not in ("127.0.0.1", "::1", "::ffff:127.0.0.1")]
+    figure("S6", f"TorchTrainer rank 0: TCPStore on MASTER_PORT bound to {store}; {len(listeners)} listeners, "
+                 f"beyond loopback: {len(outside)}")
+    assert store == ["127.0.0.1"] and not outside, listeners
+
+
+def test_s6_embedded_cluster_files_are_private(ray_cluster, figure):
+    """Ray makes its session directories 0777 without the sticky bit and writes its auth token 0644:
+    the embedded cluster's sit under a 0700 directory of this user's, and the token is 0600."""
+    import stat
+    from pathlib import Path
+
+    from ray._private.authentication.authentication_token_setup import _get_default_token_path
+
+    session = Path(ray_cluster._private.worker._global_node.get_session_dir_path())
+    guard = next(p for p in session.parents if p.name == f"trainkit-{os.getuid()}")
+    token = _get_default_token_path()
+    modes = {"guard": stat.S_IMODE(guard.stat().st_mode), "token": stat.S_IMODE(token.stat().st_mode)}
+    figure("S6", f"embedded Ray session under {guard} (mode {modes['guard']:o}); auth token mode {modes['token']:o}")
+    assert modes == {"guard": 0o700, "token": 0o600} and guard.stat().st_uid == os.getuid()

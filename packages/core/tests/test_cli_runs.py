@@ -97,3 +97,22 @@ def test_show_gives_where_the_start_went(ray_cluster, run_config):
     (line,) = [line for line in text.splitlines() if line.startswith("start ")]
     assert [part for part in line.split()[1::2]] == ["ray_start", "placement", "actors", "setup", "backend",
                                                      "launch", "first_report"]  # in the order they happen
+
+
+def test_end_of_run_summary_agrees_with_show_and_has_no_padding(tmp_path, capsys):
+    """A run that failed once, then re-run: the summary printed off a terminal counts the attempts and
+    reports `trainkit show` counts; its lines, and the commands', carry no trailing padding."""
+    for _ in range(2):
+        trainkit.DataParallelTrainer(
+            fail_once_fn, train_loop_config={"marker": str(tmp_path / "failed-once")},
+            scaling_config=ScalingConfig(num_workers=0),
+            run_config=trainkit.RunConfig(name="twice", storage_path=str(tmp_path), verbose=1,
+                                          failure_config=FailureConfig(max_failures=1))).fit()
+    lines = capsys.readouterr().err.splitlines()
+    summary = dict(line.split(None, 1) for line in lines[max(i for i, line in enumerate(lines) if "trainkit run" in line) + 1:])
+    code, out, _ = cli("show", str(tmp_path / "twice"), "--json")
+    shown = json.loads(out)
+    assert (int(summary["attempts"]), int(summary["reports"])) == (shown["attempts"], shown["reports"]), summary
+    for command in (("show", str(tmp_path / "twice")), ("runs", str(tmp_path)), ("plugins",)):
+        lines += cli(*command)[1].splitlines()
+    assert not [line for line in lines if line != line.rstrip()], lines

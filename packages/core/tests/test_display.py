@@ -31,3 +31,19 @@ def test_a_line_every_rank_prints_is_shown_once(capsys, verbose, expected):
     shown.worker_output(1, "warning: x\nown line")
     shown.worker_output(0, "warning: x")  # the same rank again: its own output, shown
     assert capsys.readouterr().out.splitlines() == expected
+
+
+def test_the_status_clock_ticks_while_nothing_arrives():
+    import io
+
+    from rich.console import Console
+
+    shown = display_mod.Display(verbose=1, run_name="r")
+    shown.console = Console(file=io.StringIO(), force_terminal=True, width=120)
+    shown.start()
+    try:
+        shown.update(attempt=0, workers=2)
+        shown._started -= 7  # 7 s of waiting with no update
+        assert str(shown._live.get_renderable()).endswith("  7s")
+    finally:
+        shown.stop()

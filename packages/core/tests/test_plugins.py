@@ -99,6 +99,12 @@ def test_unknown_backend_lists_installed_and_suggests_package(site):
     code = code.replace("'jax'", "'oldfw'")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert "installed but skipped" in out and "<1.0" in out
+    out = subprocess.run([sys.executable, "-c", code.replace("'oldfw'", "'tyo'")], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert "Did you mean 'toy'?" in out and "pip install" not in out  # no trainkit-tyo exists
+    out = subprocess.run([sys.executable, "-c", code.replace("'oldfw'", "'nosuchfw'")], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert "Unknown backend 'nosuchfw'" in out and "pip install" not in out
 
 
 def test_cli_lists_plugins(site):

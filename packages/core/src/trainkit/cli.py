@@ -37,8 +37,10 @@ def _plugins(args: argparse.Namespace) -> int:
 
 
 def _print(*renderables: Any) -> None:
+    from trainkit._internal.display import emit
+
     console = Console()
-    (console if console.is_terminal else Console(width=10_000)).print(*renderables)
+    emit(console if console.is_terminal else Console(width=10_000), *renderables)
 
 
 def _when(timestamp: float) -> str:

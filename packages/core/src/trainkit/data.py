@@ -1,6 +1,6 @@
 """``DataConfig``: how the trainer's Ray Data datasets reach the workers (Ray Train's semantics).
 
-Ray Data is an extra (``pip install "trainkit[data]"``); nothing here imports it.
+Ray Data is an extra (``pip install "trainkit-core[data]"``); nothing here imports it.
 """
 
 from __future__ import annotations

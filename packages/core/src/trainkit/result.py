@@ -53,7 +53,7 @@ class Result:
         try:
             import pandas as pd
         except ImportError as exc:
-            raise ImportError("Result.metrics_dataframe needs pandas: pip install 'trainkit[pandas]'") from exc
+            raise ImportError("Result.metrics_dataframe needs pandas: pip install 'trainkit-core[pandas]'") from exc
         rows = [{**r["metrics"], "report_index": r["index"], "attempt": r["attempt"],
                  "checkpoint": r.get("checkpoint"), "timestamp": r["time"]}
                 for r in storage_mod.read_metrics_log(self.filesystem or storage_mod.resolve_filesystem(self.path)[0],

@@ -1,6 +1,6 @@
 """Run trainkit trainers as Ray Tune trials: reserve each trial's workers, report to Tune.
 
-Needs the ``tune`` extra (``pip install "trainkit[tune]"``); Ray Tune is imported when used.
+Needs the ``tune`` extra (``pip install "trainkit-core[tune]"``); Ray Tune is imported when used.
 
 Example::
 
@@ -39,7 +39,7 @@ def _tune() -> Any:
 
     if tuple(int(p) for p in ray.__version__.split(".")[:2]) < (2, 41):
         raise RuntimeError(f"trainkit.tune needs Ray >= 2.41 (ray.tune.report, ray.tune.Checkpoint); this is "
-                           f'Ray {ray.__version__}: pip install "trainkit[tune]"')
+                           f'Ray {ray.__version__}: pip install "trainkit-core[tune]"')
     from ray import tune
 
     return tune

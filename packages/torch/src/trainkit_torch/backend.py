@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from datetime import timedelta
 
 from trainkit import Backend
@@ -19,11 +20,19 @@ def _init_process_group(backend: str | None, init_method: str, master: tuple[str
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     addr, port = master
     os.environ.update(MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
-    url = "env://" if init_method == "env" else f"tcp://{addr}:{port}"
     if backend == "nccl":
         torch.cuda.set_device(gpu_index())
-    dist.init_process_group(backend, init_method=url, rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=timeout_s))
+    timeout = timedelta(seconds=timeout_s)
+    # init_method "env" and "tcp" both mean a TCPStore at MASTER_ADDR:MASTER_PORT. torch's own store
+    # server listens on every interface whatever MASTER_ADDR says, so rank 0 hands it a socket
+    # bound to the node's address alone (loopback when the group is on one node).
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    fd = socket.create_server((addr, port), family=family, backlog=world_size + 16).detach() if rank == 0 else None
+    try:
+        store = dist.TCPStore(addr, port, world_size, rank == 0, timeout, master_listen_fd=fd)
+    except NotImplementedError:  # some torch releases' libuv server takes no listening fd: the classic one does
+        store = dist.TCPStore(addr, port, world_size, rank == 0, timeout, master_listen_fd=fd, use_libuv=False)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     return backend
 
 

@@ -99,10 +99,11 @@ class Controller:
             self._prepare_state()
             self._first_attempt = self.state.attempt
             if not self.scaling.local_mode:
-                from trainkit._internal.ray_runtime import ensure_ray
+                from trainkit._internal.ray_runtime import check_can_ever_place, ensure_ray
 
                 begin = time.monotonic()
                 ensure_ray()
+                check_can_ever_place(self.scaling)
                 self._ray_start_s = time.monotonic() - begin
             return self._run_attempts()
         except KeyboardInterrupt:
@@ -210,7 +211,7 @@ class Controller:
         result = state.to_result(storage.fs, storage.run_path, self.run_config.checkpoint_config,
                                  error=outcome.error, return_value=outcome.return_value)
         self._callbacks("on_run_end", self._run_context(), result)
-        self.display.summary(result, attempts=failures + (outcome.error is None),
+        self.display.summary(result, attempts=state.attempt + 1, reports=state.next_report_index,
                              checkpoint_config=self.run_config.checkpoint_config)
         return result
 

@@ -36,6 +36,17 @@ def format_metrics(metrics: dict[str, Any] | None, limit: int = 6) -> str:
     return " ".join(shown[:limit])
 
 
+def emit(console: Console, *renderables: Any) -> None:
+    """Print as rich draws it on a terminal; elsewhere (a file, a pipe) without the padding rich
+    adds to table cells at line ends."""
+    if console.is_terminal:
+        console.print(*renderables)
+        return
+    with console.capture() as captured:
+        console.print(*renderables)
+    console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+
+
 class Display:
     def __init__(self, verbose: int | None, run_name: str):
         self.verbose = resolve_verbosity(verbose)
@@ -50,7 +61,8 @@ class Display:
 
     def start(self) -> None:
         if self.verbose >= 1 and self.console.is_terminal:
-            self._live = Live(self._status(), console=self.console, refresh_per_second=4, transient=True)
+            # get_renderable: each refresh redraws the status, so its clock ticks while nothing arrives
+            self._live = Live(console=self.console, get_renderable=self._status, refresh_per_second=4, transient=True)
             self._live.start()
 
     def _status(self) -> Text:
@@ -67,7 +79,7 @@ class Display:
     def update(self, **fields: Any) -> None:
         self.fields.update(fields)
         if self._live is not None:
-            self._live.update(self._status())
+            self._live.refresh()
 
     def report(self, index: int, metrics: dict[str, Any], checkpoint: str | None) -> None:
         self.update(reports=self.fields["reports"] + 1, metrics=metrics, checkpoint=checkpoint or self.fields["checkpoint"])
@@ -104,15 +116,16 @@ class Display:
             self._live.stop()
             self._live = None
 
-    def summary(self, result: Any, attempts: int, checkpoint_config: Any) -> None:
-        """The final table; with a ``checkpoint_score_attribute``, also the best checkpoint."""
+    def summary(self, result: Any, attempts: int, reports: int, checkpoint_config: Any) -> None:
+        """The final table (``attempts`` and ``reports`` of the whole run, as ``trainkit show``
+        counts them); with a ``checkpoint_score_attribute``, also the best checkpoint."""
         if self.verbose < 1:
             return
         table = Table(show_header=False, box=None, pad_edge=False, title_justify="left",
                       title=f"trainkit run {self.run_name}: " + ("[red]failed[/]" if result.error else "[green]finished[/]"))
         table.add_row("path", result.path)
         table.add_row("attempts", str(attempts))
-        table.add_row("reports", str(self.fields["reports"]))
+        table.add_row("reports", str(reports))
         if result.metrics:
             table.add_row("metrics", format_metrics(result.metrics, limit=10))
         if result.checkpoint:
@@ -124,4 +137,4 @@ class Display:
         if result.error is not None:
             table.add_row("error", f"{type(result.error).__name__}: {str(result.error).splitlines()[0]}")
         table.add_row("time", f"{time.monotonic() - self._started:.1f} s")
-        self.console.print(table)
+        emit(self.console, table)

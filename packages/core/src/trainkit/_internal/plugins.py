@@ -12,6 +12,7 @@ affects the other plugins.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.metadata as md
 import logging
@@ -114,11 +115,25 @@ class Plugins:
         installed = ", ".join(sorted(self.backends.entries)) or "none"
         message = f"Unknown backend {name!r}. Installed backends: {installed}."
         info = self.infos.get(name)
+        nearest = difflib.get_close_matches(name, self.backends.entries, n=1)
         if info is not None and info.status != "loaded":
             message += f" Plugin {name!r} is installed but {info.status}: {info.reason}"
-        else:
-            message += f" To add it: pip install trainkit-{name}"
+        elif nearest:
+            message += f" Did you mean {nearest[0]!r}?"
+        elif name in first_party_plugins():
+            message += f" To add it: pip install {first_party_plugins()[name]}"
         raise UnknownBackendError(message)
+
+
+def first_party_plugins() -> dict[str, str]:
+    """Backend name -> distribution of the plugins core's extras name (``trainkit-core[torch]``):
+    the only packages an install hint may name."""
+    try:
+        lines = md.requires("trainkit-core") or []
+    except md.PackageNotFoundError:
+        return {}
+    names = {canonicalize_name(Requirement(line).name) for line in lines if "extra" in line}
+    return {n.removeprefix("trainkit-"): n for n in sorted(names) if n.startswith("trainkit-")}
 
 
 def _env_list(var: str) -> set[str]:

@@ -6,6 +6,16 @@ Loopback only: on Linux Ray replaces a 127.0.0.1 node address with the machine's
 and its servers listen on every interface. Ray's ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` switch
 (its single-machine mode) keeps the node address on loopback, so every server of the embedded
 cluster (GCS, raylet, workers, agents) binds 127.0.0.1.
+
+Private files: Ray makes its session directories world-writable (0777, no sticky bit) and writes
+its auth token with the default umask (0644). The embedded cluster's directories live under a
+0700 directory of the user's (``$TMPDIR/trainkit-<uid>/ray``) and the token (``~/.ray/auth_token``)
+is 0600.
+
+Ray internals: to start and stop faster and to drop one console warning, trainkit patches a few
+of Ray's private functions while it starts the embedded cluster (the pyproject bounds Ray to the
+releases tested with them). ``TRAINKIT_RAY_PATCHES=0`` turns them off: Ray's own code paths,
+slower, everything else the same (loopback and private files included).
 """
 
 from __future__ import annotations
@@ -13,8 +23,11 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import stat
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 from trainkit._internal import watchdog
 
@@ -26,32 +39,96 @@ def ensure_ray(**init_kwargs: object) -> None:
     if ray.is_initialized():
         return
     quiet = {"logging_level": logging.ERROR, "log_to_driver": False, "namespace": "trainkit"}
-    _hide_worker_pool_warning()
+    patched = os.environ.get("TRAINKIT_RAY_PATCHES", "1").lower() not in ("0", "false", "no")
+    if patched:
+        _hide_worker_pool_warning()
     if os.environ.get("RAY_ADDRESS"):
         ray.init(**quiet)
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # for the cluster's own processes
     ray._private.ray_constants.ENABLE_RAY_CLUSTER = False  # this process read the flag at import
+    _private_auth_token()
     notice = logging.getLogger("ray._private.authentication.authentication_token_setup")
     level = notice.level
     notice.setLevel(logging.ERROR)
     services, node_cls = ray._private.services, ray._private.node.Node
     slow_get_node, full_init, api_server = services.get_node, node_cls.__init__, node_cls.start_api_server
-    services.get_node = _polling_get_node(ray, slow_get_node)
-    node_cls.__init__ = _lean_node_init(full_init)
-    node_cls.start_api_server = lambda self, **_: None  # no dashboard/job API: trainkit uses neither
+    if patched:
+        services.get_node = _polling_get_node(ray, slow_get_node)
+        node_cls.__init__ = _lean_node_init(full_init)
+        node_cls.start_api_server = lambda self, **_: None  # no dashboard/job API: trainkit uses neither
     try:
         # address="local": an embedded cluster, never one that `ray start` (or another process's
         # test cluster) recorded in /tmp/ray; a cluster is joined only through RAY_ADDRESS.
-        ray.init(address="local", include_dashboard=False, _node_ip_address="127.0.0.1", **quiet, **init_kwargs)
+        ray.init(address="local", include_dashboard=False, _node_ip_address="127.0.0.1",
+                 _temp_dir=str(private_dir() / "ray"), **quiet, **init_kwargs)
     finally:
         notice.setLevel(level)
         services.get_node, node_cls.__init__, node_cls.start_api_server = slow_get_node, full_init, api_server
-    atexit.register(_stop_embedded_cluster)  # runs before Ray's own exit hook (atexit is LIFO)
+    global _embedded_node
+    _embedded_node = ray._private.worker._global_node
+    if patched:
+        atexit.register(_stop_embedded_cluster)  # runs before Ray's own exit hook (atexit is LIFO)
     node = getattr(ray._private.worker, "_global_node", None)
     processes = getattr(node, "all_processes", None) or {}
     watchdog.start([info.process.pid for infos in processes.values() for info in infos])
+
+
+_embedded_node = None  # the node of the cluster ensure_ray started in this process
+
+
+def check_can_ever_place(scaling) -> None:
+    """On the embedded cluster (no node joins it later), workers that need more of a resource than
+    the machine has fail now, naming it, not after the placement timeout."""
+    import ray
+
+    if _embedded_node is None or getattr(ray._private.worker, "_global_node", None) is not _embedded_node:
+        return
+    total = ray.cluster_resources()
+    short = {k: v for k, v in scaling.worker_resources.items() if v and total.get(k, 0) < v}
+    if not short:
+        return
+    needs = ", ".join(f"{k}={v:g} (the machine has {total.get(k, 0):g})" for k, v in short.items())
+    hint = (" use_gpu=True needs a GPU, and Ray found none on this machine: set use_gpu=False, or run on a"
+            " cluster with GPUs (RAY_ADDRESS)." if "GPU" in short and scaling.use_gpu else
+            " Lower resources_per_worker, or run on a cluster that has them (RAY_ADDRESS).")
+    raise ValueError(f"ScalingConfig: each worker needs {needs}, so no worker can ever start here.{hint}")
+
+
+def private_dir() -> Path:
+    """``$TMPDIR/trainkit-<uid>``: 0700 and this user's, checked (another user may have made it first)."""
+    path = Path(tempfile.gettempdir()) / f"trainkit-{os.getuid()}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise PermissionError(f"{path} is not a directory of this user's: remove it, or set TMPDIR elsewhere")
+    if stat.S_IMODE(info.st_mode) != 0o700:
+        path.chmod(0o700)
+    return path
+
+
+def _private_auth_token() -> None:
+    """Ray's token for a new local cluster (``~/.ray/auth_token``), created 0600 before Ray would
+    create it 0644; an existing one of this user's is made 0600. Ray releases without token
+    authentication are left alone."""
+    try:
+        from ray._private.authentication.authentication_token_generator import generate_new_authentication_token
+        from ray._private.authentication.authentication_token_setup import _get_default_token_path
+    except ImportError:
+        return
+    if os.environ.get("RAY_AUTH_MODE", "token").lower() != "token" or os.environ.get("RAY_AUTH_TOKEN"):
+        return
+    path = _get_default_token_path()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        if path.stat().st_uid == os.getuid() and path.stat().st_mode & 0o077:
+            path.chmod(0o600)
+        return
+    with os.fdopen(fd, "w") as f:
+        f.write(generate_new_authentication_token())
 
 
 def _hide_worker_pool_warning() -> None:

@@ -68,7 +68,7 @@ def plot_metrics(run_path: str, metrics: list[str], output: str) -> dict[str, An
         import matplotlib.pyplot as plt
         from matplotlib.ticker import MaxNLocator
     except ImportError as exc:
-        raise ImportError("trainkit plot needs matplotlib: pip install 'trainkit[plot]'") from exc
+        raise ImportError("trainkit plot needs matplotlib: pip install 'trainkit-core[plot]'") from exc
     fs, path = storage_mod.resolve_filesystem(locate_run(run_path))
     log = storage_mod.read_metrics_log(fs, path)
     if not log:

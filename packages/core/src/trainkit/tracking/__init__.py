@@ -10,7 +10,7 @@ Example::
 
 Metrics are logged under the report's index as the step, which keeps increasing across restarts and
 resumed runs. A plugin adds tracking to every run through the ``trainkit_default_callbacks`` hook.
-Install the trackers with ``pip install 'trainkit[mlflow]'`` or ``'trainkit[tensorboard]'``.
+Install the trackers with ``pip install 'trainkit-core[mlflow]'`` or ``'trainkit-core[tensorboard]'``.
 """
 
 from trainkit.tracking._mlflow import MLflowCallback

@@ -34,4 +34,4 @@ def require(module: str, extra: str, callback: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise ImportError(f"{callback} needs {module}: pip install 'trainkit[{extra}]'") from exc
+        raise ImportError(f"{callback} needs {module}: pip install 'trainkit-core[{extra}]'") from exc
