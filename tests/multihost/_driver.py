@@ -171,11 +171,11 @@ def netem(cluster: Cluster, options: dict) -> dict:
     plain = steps_per_s(options)
     cluster.set_delay(options["delay_ms"])
     try:
-        rtt = cluster.head.run("ping", "-c", "3", "-i", "0.2", "-q", cluster.hosts[1].ip).stdout
+        rtt_ms = cluster.round_trip_ms(cluster.hosts[1])
         delayed = steps_per_s(options)
     finally:
         cluster.set_delay(0)
-    return {"plain": plain, "delayed": delayed, "ping": rtt}
+    return {"plain": plain, "delayed": delayed, "rtt_ms": rtt_ms}
 
 
 if __name__ == "__main__":

@@ -121,6 +121,19 @@ class Cluster:
             if delay_ms:
                 host.run("tc", "qdisc", "add", "dev", host.link, "root", "netem", "delay", f"{delay_ms}ms")
 
+    def round_trip_ms(self, host: Host, port: int = S3_PORT) -> float:
+        """The median time of a TCP handshake (one round trip) from ``host`` to the head host."""
+        probe = (f"import socket, statistics, time\nt = []\nfor _ in range(5):\n    s = time.perf_counter()\n"
+                 f"    socket.create_connection(({self.head.ip!r}, {port}), timeout=5).close()\n"
+                 f"    t.append(time.perf_counter() - s)\nprint(statistics.median(t) * 1000)")
+        return float(host.run(self.python, "-c", probe).stdout)
+
+    def netem_missing(self) -> str | None:
+        """Why ``set_delay`` cannot work here (the kernel has no netem qdisc), or None."""
+        probe = self.head.run("tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms", check=False)
+        self.head.run("tc", "qdisc", "del", "dev", "lo", "root", check=False)
+        return f"`tc qdisc add ... netem` failed: {probe.stderr.strip()} (kernel without sch_netem)" if probe.returncode else None
+
     # -- Ray ---------------------------------------------------------------------------------------
 
     def start_ray(self, host: Host) -> None:

@@ -2,8 +2,6 @@
 with its rendezvous on the head host's address, checkpoints on an S3 server every host reaches, a
 host lost when its link goes down, and the report path under 20 ms of link latency."""
 
-import re
-
 import pytest
 
 import _hosts
@@ -47,10 +45,11 @@ def test_a_host_whose_link_goes_down_is_dropped_and_rejoins(drive, tmp_path):
     assert all(after <= before + 1 for before, after in zip(epochs, epochs[1:]))
 
 
-def test_link_latency_does_not_slow_the_report_path(drive):
+def test_link_latency_does_not_slow_the_report_path(cluster, drive):
+    if missing := cluster[0].netem_missing():
+        pytest.skip(missing)  # an optional kernel feature (this one test needs it), even in CI
     out = drive("netem", delay_ms=20, steps=150)
-    rtt_ms = float(re.search(r"= [\d.]+/([\d.]+)/", out["ping"]).group(1))
-    assert rtt_ms >= 40, out["ping"]  # netem really delays both directions
+    assert out["rtt_ms"] >= 40  # netem really delays both directions
     # the worker on the far host reports every 10 ms step; a report that waited for the driver
     # would cost a 40 ms round trip each (<= 20 steps/s)
     plain, delayed = (next(r for r in run if r["ip"] == WORKER)["steps_per_s"] for run in (out["plain"], out["delayed"]))
