@@ -112,7 +112,7 @@ class CutThenRestoreALink(trainkit.UserCallback):
 
     def __init__(self, cluster: Cluster, stop_file: str):
         self.cluster, self.host, self.stop_file = cluster, cluster.hosts[1], stop_file
-        self.trace, self.cut_at, self.restored = [], None, None
+        self.trace, self.cut_at, self.restored, self.restore_error = [], None, None, None
 
     def after_report(self, run_context, metrics, checkpoint):
         epoch, size = metrics[0]["epoch"], metrics[0]["world_size"]
@@ -127,9 +127,13 @@ class CutThenRestoreALink(trainkit.UserCallback):
             open(self.stop_file, "w").close()
 
     def restore(self):
-        self.cluster.stop_host(self.host)
-        self.cluster.set_link(self.host, up=True)
-        self.cluster.start_ray(self.host)
+        try:
+            self.cluster.stop_host(self.host)
+            self.cluster.set_link(self.host, up=True)
+            self.cluster.start_ray(self.host)
+        except Exception as exc:  # noqa: BLE001 - reported to the test, and the run stops
+            self.restore_error = repr(exc)
+            open(self.stop_file, "w").close()
 
 
 def elastic(cluster: Cluster, options: dict) -> dict:
@@ -142,7 +146,7 @@ def elastic(cluster: Cluster, options: dict) -> dict:
                              failure_config=FailureConfig(max_failures=2))).fit()
     with result.filesystem.open_input_stream(f"{result.path}/run_state.json") as f:
         world_sizes = json.load(f)["world_sizes"]
-    return {"trace": callback.trace, "cut_at": callback.cut_at, "world_sizes": world_sizes,
+    return {"trace": callback.trace, "restore_error": callback.restore_error, "world_sizes": world_sizes,
             "final": result.metrics}
 
 

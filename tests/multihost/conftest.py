@@ -58,7 +58,7 @@ fs.delete_dir("bucket/warmup")
     return f"s3://trainkit:{S3_SECRET}@bucket/runs?endpoint_override={endpoint}&scheme=http&region=us-east-1"
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="module")
 def cluster():
     """The 2-host cluster (1 CPU per host: a 2-worker run puts one worker on each), shared by every
     multi-host test; yields ``(cluster, storage_uri)``."""
@@ -82,7 +82,7 @@ def cluster():
         cluster.destroy()
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="module")
 def drive(cluster):
     """``drive(scenario, **options)``: runs _driver.py's scenario on the head host; returns its result."""
     hosts, storage = cluster

@@ -33,6 +33,7 @@ def test_every_host_checkpoints_to_s3_on_the_head_host(ddp_run):
 
 def test_a_host_whose_link_goes_down_is_dropped_and_rejoins(drive, tmp_path):
     out = drive("elastic", stop_file=str(tmp_path / "stop"))
+    assert out["restore_error"] is None
     sizes = [size for _, size, _ in out["trace"]]
     trace = [s for i, s in enumerate(sizes) if i == 0 or s != sizes[i - 1]]
     print("world-size trace:", " -> ".join(map(str, trace)), "| (epoch, size, hosts):", out["trace"])
