@@ -11,13 +11,13 @@ import torch
 
 import trainkit
 from trainkit.testing import gpu_count
-from trainkit_torch import TorchTrainer, prepare_model
+from trainkit_torch import TorchTrainer, get_device, prepare_model
 
 
-def _train(model, step_fn, steps: int = 20) -> dict:
+def _train(model, step_fn, device, steps: int = 20) -> dict:
     """``steps`` optimizer steps on a fixed regression batch; the first and last loss."""
     data = torch.Generator().manual_seed(0)
-    x = torch.randn(64, 16, generator=data).cuda()
+    x = torch.randn(64, 16, generator=data).to(device)
     y = x.sum(dim=1, keepdim=True)
     losses = [step_fn(torch.nn.functional.mse_loss(model(x), y)) for _ in range(steps)]
     return {"first_loss": losses[0], "last_loss": losses[-1]}
@@ -36,7 +36,9 @@ def _torch_run(strategy: str):
             from torch.distributed.fsdp import FullyShardedDataParallel
             from torch.nn.parallel import DistributedDataParallel
 
-            model = {"ddp": DistributedDataParallel, "fsdp": FullyShardedDataParallel}[strategy](model)
+            device = get_device()
+            model = (DistributedDataParallel(model, device_ids=[device]) if strategy == "ddp"
+                     else FullyShardedDataParallel(model, device_id=device))
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
 
         def step(loss):
@@ -46,7 +48,7 @@ def _torch_run(strategy: str):
             return loss.item()
 
         trainkit.report({"wrapped": type(model).__name__, "backend": dist.get_backend(),
-                         "device": str(next(model.parameters()).device), **_train(model, step)})
+                         "device": str(next(model.parameters()).device), **_train(model, step, get_device())})
     return fn
 
 
@@ -64,7 +66,7 @@ def _deepspeed_zero3():
         return loss.item()
 
     trainkit.report({"wrapped": f"zero{engine.zero_optimization_stage()}", "backend": dist.get_backend(),
-                     "device": str(engine.device), **_train(engine, step)})
+                     "device": str(engine.device), **_train(engine, step, engine.device)})
 
 
 def _lightning_fsdp():
