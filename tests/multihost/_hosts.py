@@ -25,9 +25,10 @@ SUBNET = "10.213.7"  # a private /24 that is only ever assigned inside these nam
 PREFIX = "tkmh"
 RAY_PORT = 6379  # each namespace has its own ports: fixed ones cannot collide with another run
 S3_PORT = 8333
-# a lost node is noticed within ~2 s rather than Ray's default ~30 s
-RAY_SYSTEM_CONFIG = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 500,
-                     "health_check_timeout_ms": 500, "health_check_failure_threshold": 3}
+# a lost node is noticed within ~5 s rather than Ray's default ~30 s, with room for a raylet that
+# answers slowly on a loaded 2-core machine
+RAY_SYSTEM_CONFIG = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 1000,
+                     "health_check_timeout_ms": 1000, "health_check_failure_threshold": 5}
 
 
 def sh(*args: str, check: bool = True, timeout: float = 60, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -50,7 +50,7 @@ def test_link_latency_does_not_slow_the_report_path(cluster, drive):
     if missing := cluster[0].netem_missing():
         pytest.skip(missing)  # an optional kernel feature (this one test needs it), even in CI
     out = drive("netem", delay_ms=20, steps=150)
-    assert out["rtt_ms"] >= 40  # netem really delays both directions
+    assert out["rtt_ms"] >= 35, out["rtt_ms"]  # netem really delays both directions (2 x 20 ms)
     # the worker on the far host reports every 10 ms step; a report that waited for the driver
     # would cost a 40 ms round trip each (<= 20 steps/s)
     plain, delayed = (next(r for r in run if r["ip"] == WORKER)["steps_per_s"] for run in (out["plain"], out["delayed"]))
