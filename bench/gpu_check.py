@@ -100,7 +100,8 @@ def main(name: str) -> None:
         on_gpu = metrics.get("device", "cuda").startswith("cuda") and metrics.get("backend", "nccl") == "nccl"
         if not (expected(metrics) and trained and on_gpu and (name != "lightning_fsdp" or result.checkpoint)):
             sys.exit(f"unexpected result: {metrics}")
-        print({k: metrics[k] for k in ("wrapped", "backend", "device", "first_loss", "last_loss", "epoch") if k in metrics})
+        shown = ("wrapped", "backend", "device", "first_loss", "last_loss", "epoch")
+        print({k: metrics[k] for k in shown if k in metrics})
 
 
 if __name__ == "__main__":

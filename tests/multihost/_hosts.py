@@ -46,12 +46,13 @@ class Host:
     temp_dir: str  # Ray's --temp-dir: Ray's nodes share /tmp/ray otherwise
     num_cpus: int
 
-    def run(self, *args: str, check: bool = True, timeout: float = 60, env: dict | None = None) -> subprocess.CompletedProcess:
+    def run(self, *args: str, check: bool = True, timeout: float = 60,
+            env: dict | None = None) -> subprocess.CompletedProcess:
         return sh("ip", "netns", "exec", self.name, *args, check=check, timeout=timeout, env=env)
 
-    def popen(self, args: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
+    def popen(self, args: list[str], log: Path) -> subprocess.Popen:
         return subprocess.Popen(["ip", "netns", "exec", self.name, *args], stdout=open(log, "wb"),
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True)
 
 
 @dataclass
@@ -74,9 +75,6 @@ class Cluster:
         cluster's own token (never the user's ~/.ray/auth_token)."""
         return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": f"{self.root}/auth_token",
                 "RAY_USAGE_STATS_ENABLED": "0", **extra}
-
-    def host(self, name: str) -> Host:
-        return next(h for h in self.hosts if h.name == name)
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
@@ -133,7 +131,9 @@ class Cluster:
         """Why ``set_delay`` cannot work here (the kernel has no netem qdisc), or None."""
         probe = self.head.run("tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms", check=False)
         self.head.run("tc", "qdisc", "del", "dev", "lo", "root", check=False)
-        return f"`tc qdisc add ... netem` failed: {probe.stderr.strip()} (kernel without sch_netem)" if probe.returncode else None
+        if probe.returncode:
+            return f"`tc qdisc add ... netem` failed: {probe.stderr.strip()} (kernel without sch_netem)"
+        return None
 
     # -- Ray ---------------------------------------------------------------------------------------
 

@@ -94,10 +94,12 @@ def drive(cluster):
         try:
             done = hosts.head.run(*args, check=False, timeout=240, env=env)
         except subprocess.TimeoutExpired as exc:
-            pytest.fail(f"the {scenario} driver timed out:\n{(exc.stdout or b'')[-3000:]!r}\n{(exc.stderr or b'')[-3000:]!r}")
+            pytest.fail(f"the {scenario} driver timed out:\n{exc.stdout[-3000:] if exc.stdout else ''}\n"
+                        f"{exc.stderr[-5000:] if exc.stderr else ''}")
         lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
         if done.returncode or not lines:
-            pytest.fail(f"the {scenario} driver failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
+            pytest.fail(f"the {scenario} driver failed ({done.returncode}):\n{done.stdout[-3000:]}\n"
+                        f"{done.stderr[-5000:]}")
         return json.loads(lines[-1][len("RESULT "):])
 
     return run

@@ -53,6 +53,6 @@ def test_link_latency_does_not_slow_the_report_path(cluster, drive):
     assert out["rtt_ms"] >= 35, out["rtt_ms"]  # netem really delays both directions (2 x 20 ms)
     # the worker on the far host reports every 10 ms step; a report that waited for the driver
     # would cost a 40 ms round trip each (<= 20 steps/s)
-    plain, delayed = (next(r for r in run if r["ip"] == WORKER)["steps_per_s"] for run in (out["plain"], out["delayed"]))
+    plain, delayed = (next(r["steps_per_s"] for r in out[run] if r["ip"] == WORKER) for run in ("plain", "delayed"))
     print(f"steps/s of the far host's worker: {plain:.1f} without latency, {delayed:.1f} with 2 x 20 ms")
     assert delayed >= 0.5 * plain, (plain, delayed)
