@@ -150,7 +150,7 @@ def elastic(cluster: Cluster, options: dict) -> dict:
             "final": result.metrics}
 
 
-# -- steps/s with and without tc netem latency --------------------------------------------------------
+# -- steps/s with and without link latency (tc netem, or the NFQUEUE delayer) -------------------
 
 def steps_fn(config):
     for step in range(config["warmup"]):
@@ -171,19 +171,20 @@ def steps_per_s(options: dict) -> list[dict]:
     return trace.reports[-1]
 
 
-def netem(cluster: Cluster, options: dict) -> dict:
+def latency(cluster: Cluster, options: dict) -> dict:
     plain = steps_per_s(options)
-    cluster.set_delay(options["delay_ms"])
+    plain_rtt_ms = cluster.round_trip_ms(cluster.hosts[1])
     try:
+        way = cluster.set_delay(options["delay_ms"])
         rtt_ms = cluster.round_trip_ms(cluster.hosts[1])
         delayed = steps_per_s(options)
     finally:
         cluster.set_delay(0)
-    return {"plain": plain, "delayed": delayed, "rtt_ms": rtt_ms}
+    return {"plain": plain, "delayed": delayed, "plain_rtt_ms": plain_rtt_ms, "rtt_ms": rtt_ms, "way": way}
 
 
 if __name__ == "__main__":
     cluster = Cluster.load(sys.argv[1])
     scenario, options = sys.argv[2], json.loads(sys.argv[3])
-    print("RESULT " + json.dumps({"ddp": ddp, "elastic": elastic, "netem": netem}[scenario](cluster, options)),
+    print("RESULT " + json.dumps({"ddp": ddp, "elastic": elastic, "latency": latency}[scenario](cluster, options)),
           flush=True)

@@ -112,13 +112,53 @@ class Cluster:
         """Unplug (or plug back) a host's cable: its port on the bridge goes down."""
         sh("ip", "netns", "exec", self.switch, "ip", "link", "set", host.link + "b", "up" if up else "down")
 
-    def set_delay(self, delay_ms: int) -> None:
-        """``tc netem`` delay on every host's outgoing traffic (a round trip gains 2x ``delay_ms``);
-        0 removes it."""
+    def set_delay(self, delay_ms: int) -> str:
+        """``delay_ms`` on every host's outgoing traffic (a round trip gains 2x ``delay_ms``); 0
+        removes it. By ``tc netem`` where the kernel has it, else by a userspace delayer (_delay.py)
+        that an iptables NFQUEUE rule hands the link's packets to. Returns the way used."""
+        way = self.delay_way()
         for host in self.hosts:
-            host.run("tc", "qdisc", "del", "dev", host.link, "root", check=False)
+            if way == "netem":
+                host.run("tc", "qdisc", "del", "dev", host.link, "root", check=False)
+                if delay_ms:
+                    host.run("tc", "qdisc", "add", "dev", host.link, "root", "netem", "delay", f"{delay_ms}ms")
+                continue
+            rule = ["OUTPUT", "-o", host.link, "-j", "NFQUEUE", "--queue-num", "0", "--queue-bypass"]
+            pid_file = Path(self.root, f"delay-{host.name}.pid")
+            host.run("iptables", "-D", *rule, check=False)  # first: held packets then go at once
+            if pid_file.exists():
+                os.kill(int(pid_file.read_text()), signal.SIGTERM)
+                pid_file.unlink()
             if delay_ms:
-                host.run("tc", "qdisc", "add", "dev", host.link, "root", "netem", "delay", f"{delay_ms}ms")
+                log = Path(self.root, f"delay-{host.name}.log")
+                delayer = host.popen([self.python, str(Path(__file__).with_name("_delay.py")), str(delay_ms)], log)
+                pid_file.write_text(str(delayer.pid))
+                while "ready" not in log.read_text():  # bound to the queue: the rule may send packets
+                    if delayer.poll() is not None:
+                        raise RuntimeError(f"the NFQUEUE delayer on {host.name} failed:\n{log.read_text()}")
+                    time.sleep(0.05)
+                host.run("iptables", "-A", *rule)
+        return way
+
+    def delay_way(self) -> str:
+        """How ``set_delay`` works here: "netem", else "nfqueue"; RuntimeError saying why neither can."""
+        probe = self.head.run("tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms", check=False)
+        self.head.run("tc", "qdisc", "del", "dev", "lo", "root", check=False)
+        if not probe.returncode:
+            return "netem"
+        why = [f"`tc qdisc add ... netem` failed: {probe.stderr.strip()} (kernel without sch_netem)"]
+        if not shutil.which("iptables"):
+            why.append("no `iptables` for the NFQUEUE delayer (apt-get install iptables)")
+        elif sh(self.python, "-c", "import fnfqueue", check=False).returncode:
+            why.append("no fnfqueue for the NFQUEUE delayer (pip install fnfqueue)")
+        else:
+            rule = ["OUTPUT", "-o", "tkprobe0", "-j", "NFQUEUE", "--queue-num", "0", "--queue-bypass"]
+            added = self.head.run("iptables", "-A", *rule, check=False)
+            self.head.run("iptables", "-D", *rule, check=False)
+            if not added.returncode:
+                return "nfqueue"
+            why.append(f"an iptables NFQUEUE rule failed: {added.stderr.strip()}")
+        raise RuntimeError("; ".join(why))
 
     def round_trip_ms(self, host: Host, port: int = S3_PORT) -> float:
         """The median time of a TCP handshake (one round trip) from ``host`` to the head host."""
@@ -126,14 +166,6 @@ class Cluster:
                  f"    socket.create_connection(({self.head.ip!r}, {port}), timeout=5).close()\n"
                  f"    t.append(time.perf_counter() - s)\nprint(statistics.median(t) * 1000)")
         return float(host.run(self.python, "-c", probe).stdout)
-
-    def netem_missing(self) -> str | None:
-        """Why ``set_delay`` cannot work here (the kernel has no netem qdisc), or None."""
-        probe = self.head.run("tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms", check=False)
-        self.head.run("tc", "qdisc", "del", "dev", "lo", "root", check=False)
-        if probe.returncode:
-            return f"`tc qdisc add ... netem` failed: {probe.stderr.strip()} (kernel without sch_netem)"
-        return None
 
     # -- Ray ---------------------------------------------------------------------------------------
 
