@@ -191,8 +191,9 @@ def integration(session: nox.Session) -> None:
     """Every plugin together: quickstart, Ray Train compatibility, the reliability suite (real S3
     server), the plugin template, every code block of the docs."""
     _install_all(session)
-    # the S3-compatible server the object-storage tests start; the trackers docs/tracking.md runs
-    session.install(SEAWEEDFS, *TRACKING_TEST_DEPS, *PINNED.values())
+    # the S3-compatible server the object-storage tests start; the trackers docs/tracking.md runs;
+    # fnfqueue: tests/multihost's link delayer where the kernel has no netem
+    session.install(SEAWEEDFS, "fnfqueue", *TRACKING_TEST_DEPS, *PINNED.values())
     _pytest(session, "tests")
 
 

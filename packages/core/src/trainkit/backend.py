@@ -27,10 +27,12 @@ import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, ContextManager
 
+from trainkit._internal.net import interface_of
+
 if TYPE_CHECKING:
     from trainkit._internal.worker_group import WorkerGroup
 
-__all__ = ["Backend", "BackendConfig"]
+__all__ = ["Backend", "BackendConfig", "interface_of"]
 
 
 class Backend:

@@ -7,6 +7,7 @@ import socket
 from datetime import timedelta
 
 from trainkit import Backend
+from trainkit.backend import interface_of
 
 from trainkit_torch.config import TorchConfig
 from trainkit_torch.train_loop_utils import gpu_index
@@ -22,6 +23,8 @@ def _init_process_group(backend: str | None, init_method: str, master: tuple[str
     os.environ.update(MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
     if backend == "nccl":
         torch.cuda.set_device(gpu_index())
+    elif backend == "gloo" and "GLOO_SOCKET_IFNAME" not in os.environ:
+        _bind_gloo_to_node_address(addr)
     timeout = timedelta(seconds=timeout_s)
     # init_method "env" and "tcp" both mean a TCPStore at MASTER_ADDR:MASTER_PORT. torch's own store
     # server listens on every interface whatever MASTER_ADDR says, so rank 0 hands it a socket
@@ -34,6 +37,17 @@ def _init_process_group(backend: str | None, init_method: str, master: tuple[str
         store = dist.TCPStore(addr, port, world_size, rank == 0, timeout, master_listen_fd=fd, use_libuv=False)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     return backend
+
+
+def _bind_gloo_to_node_address(master_addr: str) -> None:
+    """Gloo binds the address this machine's hostname resolves to, else loopback: across machines
+    the other ranks may not reach that. It binds the interface holding Ray's node address instead
+    (loopback when the whole group is on one node). Set ``GLOO_SOCKET_IFNAME`` to choose another."""
+    import ray
+
+    iface = interface_of("127.0.0.1" if master_addr == "127.0.0.1" else ray.util.get_node_ip_address())
+    if iface:
+        os.environ["GLOO_SOCKET_IFNAME"] = iface
 
 
 def _set_rank_env(world_rank: int, local_rank: int, local_world_size: int, node_rank: int) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import struct
 
 
 def free_ports(count: int = 1) -> list[int]:
@@ -20,3 +21,24 @@ def host_and_ports(loopback: bool, count: int) -> tuple[str, list[int]]:
     import ray
 
     return ("127.0.0.1" if loopback else ray.util.get_node_ip_address()), free_ports(count)
+
+
+def interface_of(ip: str) -> str | None:
+    """The name of the network interface that holds IPv4 address ``ip`` (its primary address), or
+    None where that cannot be told (not Linux). Frameworks that bind by interface name (gloo's
+    ``GLOO_SOCKET_IFNAME``) bind the one Ray's node address is on with it."""
+    try:
+        import fcntl
+        names = [name for _, name in socket.if_nameindex()]
+    except (ImportError, OSError, AttributeError):
+        return None
+    siocgifaddr = 0x8915
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for name in names:
+            try:
+                answer = fcntl.ioctl(s.fileno(), siocgifaddr, struct.pack("256s", name.encode()[:15]))
+            except OSError:  # no IPv4 address
+                continue
+            if socket.inet_ntoa(answer[20:24]) == ip:
+                return name
+    return None

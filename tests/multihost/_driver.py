@@ -1,0 +1,190 @@
+"""The driver of a multi-host test, run on the head host (``ip netns exec <head> python _driver.py
+CLUSTER_JSON SCENARIO OPTIONS_JSON``) with RAY_ADDRESS pointing at the head node, as a user runs one
+on a real cluster. Prints one line, ``RESULT <json>``, for the test to check.
+"""
+
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+
+import trainkit
+from trainkit import Checkpoint, DataParallelTrainer, FailureConfig, RunConfig, ScalingConfig
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _hosts import Cluster  # noqa: E402
+
+
+class Trace(trainkit.UserCallback):
+    """Every consolidated report, all ranks' metrics."""
+
+    def __init__(self):
+        self.reports = []
+
+    def after_report(self, run_context, metrics, checkpoint):
+        self.reports.append(metrics)
+
+
+def node_ip() -> str:
+    import ray
+
+    return ray.util.get_node_ip_address()
+
+
+def write_checkpoint(step: int, metrics: dict) -> None:
+    """Every rank puts its own file in the step's checkpoint (so every host uploads to storage)."""
+    rank = trainkit.get_context().get_world_rank()
+    with tempfile.TemporaryDirectory() as directory:
+        with open(os.path.join(directory, f"rank{rank}.json"), "w") as f:
+            json.dump({"step": step, "ip": node_ip()}, f)
+        trainkit.report(metrics, checkpoint=Checkpoint.from_directory(directory))
+
+
+def resume() -> int:
+    checkpoint = trainkit.get_checkpoint()
+    if checkpoint is None:
+        return 0
+    with checkpoint.as_directory() as directory:
+        return json.load(open(os.path.join(directory, "rank0.json")))["step"] + 1
+
+
+# -- torch DDP across hosts, checkpoints on the head host's S3 server --------------------------------
+
+def ddp_fn(config):
+    import torch
+    import torch.distributed as dist
+
+    import trainkit_torch
+
+    rank = trainkit.get_context().get_world_rank()
+    torch.manual_seed(0)
+    model = trainkit_torch.prepare_model(torch.nn.Linear(8, 1))
+    start = [p.detach().clone() for p in model.parameters()]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.Generator().manual_seed(100 + rank)  # each rank its own data: only the all-reduce
+    for step in range(config["steps"]):                # keeps the replicas equal
+        x = torch.randn(16, 8, generator=data)
+        loss = ((model(x) - x.sum(1, keepdim=True)) ** 2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        write_checkpoint(step, {"loss": loss.item()})
+    params = [p.detach() for p in model.parameters()]
+    trainkit.report({"ip": node_ip(), "master_addr": os.environ["MASTER_ADDR"], "backend": dist.get_backend(),
+                     "params": torch.cat([p.flatten() for p in params]).tolist(),
+                     "moved": max((p - s).abs().max().item() for p, s in zip(params, start))})
+
+
+def ddp(cluster: Cluster, options: dict) -> dict:
+    from trainkit_torch import TorchTrainer
+
+    trace = Trace()
+    result = TorchTrainer(ddp_fn, train_loop_config={"steps": 3},
+                          scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 1}),
+                          run_config=RunConfig(name="ddp", storage_path=options["storage"], verbose=0,
+                                               callbacks=[trace])).fit()
+    checkpoint = result.checkpoint
+    checkpoint.verify()  # every file against the manifest the driver wrote
+    with checkpoint.as_directory() as directory:
+        files = {name: json.load(open(os.path.join(directory, name))) for name in sorted(os.listdir(directory))
+                 if name.startswith("rank")}
+    return {"ranks": trace.reports[-1], "checkpoint": checkpoint.path, "files": files,
+            "kept": len(result.best_checkpoints)}
+
+
+# -- a node lost (its link cut) and regained: elastic num_workers=(1, 2) -----------------------------
+
+def epochs_fn(config):
+    context = trainkit.get_context()
+    epoch = resume()
+    while not os.path.exists(config["stop_file"]):
+        time.sleep(0.3)  # a training step
+        write_checkpoint(epoch, {"epoch": epoch, "world_size": context.get_world_size(), "ip": node_ip()})
+        epoch += 1
+
+
+class CutThenRestoreALink(trainkit.UserCallback):
+    """At full size, unplugs the second host's cable; once the run goes on without it, plugs it back
+    and restarts that host's Ray node (a node that was marked dead never rejoins: its raylet exits,
+    as after a reboot on a real machine); once the run is back at full size, stops it."""
+
+    def __init__(self, cluster: Cluster, stop_file: str):
+        self.cluster, self.host, self.stop_file = cluster, cluster.hosts[1], stop_file
+        self.trace, self.cut_at, self.restored, self.restore_error = [], None, None, None
+
+    def after_report(self, run_context, metrics, checkpoint):
+        epoch, size = metrics[0]["epoch"], metrics[0]["world_size"]
+        self.trace.append((epoch, size, sorted({m["ip"] for m in metrics})))
+        if size == 2 and self.cut_at is None and epoch >= 1:
+            self.cut_at = epoch
+            self.cluster.set_link(self.host, up=False)
+        elif size == 1 and self.restored is None:
+            self.restored = threading.Thread(target=self.restore)  # ray start takes seconds: not here
+            self.restored.start()
+        elif size == 2 and self.restored is not None and [s for _, s, _ in self.trace[-2:]] == [2, 2]:
+            open(self.stop_file, "w").close()
+
+    def restore(self):
+        try:
+            self.cluster.stop_host(self.host)
+            self.cluster.set_link(self.host, up=True)
+            self.cluster.start_ray(self.host)
+        except Exception as exc:  # noqa: BLE001 - reported to the test, and the run stops
+            self.restore_error = repr(exc)
+            open(self.stop_file, "w").close()
+
+
+def elastic(cluster: Cluster, options: dict) -> dict:
+    callback = CutThenRestoreALink(cluster, options["stop_file"])
+    result = DataParallelTrainer(
+        epochs_fn, train_loop_config={"stop_file": options["stop_file"]},
+        scaling_config=ScalingConfig(num_workers=(1, 2), resources_per_worker={"CPU": 1},
+                                     elastic_resize_monitor_interval_s=1.0),
+        run_config=RunConfig(name="elastic", storage_path=options["storage"], verbose=0, callbacks=[callback],
+                             failure_config=FailureConfig(max_failures=2))).fit()
+    with result.filesystem.open_input_stream(f"{result.path}/run_state.json") as f:
+        world_sizes = json.load(f)["world_sizes"]
+    return {"trace": callback.trace, "restore_error": callback.restore_error, "world_sizes": world_sizes,
+            "final": result.metrics}
+
+
+# -- steps/s with and without link latency (tc netem, or the NFQUEUE delayer) -------------------
+
+def steps_fn(config):
+    for step in range(config["warmup"]):
+        trainkit.report({"step": step})
+    start = time.perf_counter()
+    for step in range(config["steps"]):
+        time.sleep(config["step_s"])  # a training step that needs no network
+        trainkit.report({"step": step})
+    trainkit.report({"steps_per_s": config["steps"] / (time.perf_counter() - start), "ip": node_ip()})
+
+
+def steps_per_s(options: dict) -> list[dict]:
+    trace = Trace()
+    DataParallelTrainer(steps_fn, train_loop_config={"warmup": 5, "steps": options["steps"], "step_s": 0.01},
+                        scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 1}),
+                        run_config=RunConfig(name=f"steps-{time.time_ns()}", storage_path=options["storage"],
+                                             verbose=0, callbacks=[trace])).fit()
+    return trace.reports[-1]
+
+
+def latency(cluster: Cluster, options: dict) -> dict:
+    plain = steps_per_s(options)
+    plain_rtt_ms = cluster.round_trip_ms(cluster.hosts[1])
+    try:
+        way = cluster.set_delay(options["delay_ms"])
+        rtt_ms = cluster.round_trip_ms(cluster.hosts[1])
+        delayed = steps_per_s(options)
+    finally:
+        cluster.set_delay(0)
+    return {"plain": plain, "delayed": delayed, "plain_rtt_ms": plain_rtt_ms, "rtt_ms": rtt_ms, "way": way}
+
+
+if __name__ == "__main__":
+    cluster = Cluster.load(sys.argv[1])
+    scenario, options = sys.argv[2], json.loads(sys.argv[3])
+    print("RESULT " + json.dumps({"ddp": ddp, "elastic": elastic, "latency": latency}[scenario](cluster, options)),
+          flush=True)
