@@ -118,6 +118,12 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _launch(args: argparse.Namespace) -> int:
+    from trainkit._internal.launch import main as launch
+
+    return launch(args)
+
+
 RUN_HELP = "the run's directory (local path or URI), or a run name under the default storage path"
 
 
@@ -144,6 +150,13 @@ def main(argv: list[str] | None = None) -> int:
     plot.add_argument("-o", "--output", default="metrics.png", help="the PNG to write (default: metrics.png)")
     plot.add_argument("--json", action="store_true", help="machine-readable output")
     plot.set_defaults(func=_plot)
+    from trainkit._internal.launch import add_arguments as launch_arguments
+
+    launch = commands.add_parser("launch", help="run a torchrun-style script on N workers, with restarts",
+                                 description="Run `python SCRIPT ARGS...` on every rank with torchrun's "
+                                 "environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...).")
+    launch_arguments(launch)
+    launch.set_defaults(func=_launch)
     args = parser.parse_args(argv)
     return args.func(args)
 
