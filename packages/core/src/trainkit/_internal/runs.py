@@ -144,8 +144,9 @@ def plot_metrics(run_path: str, metrics: list[str], output: str, x: str = "index
     bottom = axes[-1, 0]
     bottom.set_xlabel({"index": "report", "step": "step", "time": "time"}[x])
     if x == "time":
-        bottom.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M:%S"))
-        fig.autofmt_xdate()
+        locator = mdates.AutoDateLocator()  # down to seconds for a short run
+        bottom.xaxis.set_major_locator(locator)
+        bottom.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
     else:
         bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.suptitle(f"{posixpath.basename(path)}" + (f" ({len(restarts)} restart(s))" if restarts else ""))
