@@ -18,7 +18,8 @@ def fail_once_fn(config):
         if step == 2 and not os.path.exists(config["marker"]):
             open(config["marker"], "w").close()
             raise RuntimeError("injected failure")
-        report_step(step, {"step": step, "accuracy": [0.5, 0.9, 0.7, 0.8][step], "val_loss": [0.9, 0.2, 0.6, 0.4][step]})
+        report_step(step, {"step": step, "accuracy": [0.5, 0.9, 0.7, 0.8][step],
+                           "val_loss": [0.9, 0.2, 0.6, 0.4][step]})
 
 
 def cli(*args, **env):
@@ -98,8 +99,8 @@ def test_show_infers_min_for_a_loss_like_metric_and_says_so(storage):
     code, text, _ = cli("show", str(storage / "first"), "--metric", "val_loss", "--mode", "max")
     assert "best         checkpoint_000000 (by val_loss, max)" in text
     (failure,) = [line for line in text.splitlines() if line.startswith("failure ")]
-    assert re.fullmatch(r"failure +\d{4}-\d\d-\d\d \d\d:\d\d:\d\d  attempt 0  rank 0 raised RuntimeError: injected failure",
-                        failure), failure
+    when = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+    assert re.fullmatch(rf"failure +{when}  attempt 0  rank 0 raised RuntimeError: injected failure", failure), failure
 
 
 def test_version_and_missing_paths_exit_non_zero(tmp_path):

@@ -18,7 +18,8 @@ SCRIPT = textwrap.dedent('''
             "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT"]
     seen = {k: os.environ.get(k) for k in keys}
     seen.update(name=__name__, argv=sys.argv[1:])
-    with open(os.path.join(args.out, "env_%s_%s.json" % (os.environ["RANK"], seen["TORCHELASTIC_RESTART_COUNT"])), "w") as f:
+    name = "env_%s_%s.json" % (os.environ["RANK"], seen["TORCHELASTIC_RESTART_COUNT"])
+    with open(os.path.join(args.out, name), "w") as f:
         json.dump(seen, f)
     print("hello from rank", os.environ["RANK"])
     if args.exit_code:

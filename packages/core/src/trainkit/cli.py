@@ -103,8 +103,8 @@ def _show(args: argparse.Namespace) -> int:
         lines.append(f"failure      {when}  attempt {failure.get('attempt')}  {failure.get('message')}")
     best = run["best_checkpoint"]
     if best and best["mode"]:
-        how = f" (by {best['by']}, {best['mode']}" + (", inferred from the name; --mode to choose" if best["mode_inferred"]
-                                                       else "") + ")"
+        inferred = ", inferred from the name; --mode to choose" if best["mode_inferred"] else ""
+        how = f" (by {best['by']}, {best['mode']}{inferred})"
     else:
         how = " (the latest; --metric to choose)" if best else ""
     lines.append(f"best         {best['name'] + how if best else '-'}")
