@@ -98,8 +98,8 @@ def run_script(config: dict[str, Any]) -> None:
         for pump in pumps:
             pump.start()
         returncode = proc.wait()
-        for pump in pumps:
-            pump.join()
+        for pump in pumps:  # a process the script left running may hold its pipes open
+            pump.join(timeout=5)
     if returncode != 0:
         raise ScriptExitError(os.path.basename(config["script"]), returncode)
 
