@@ -39,9 +39,9 @@ CORE = ROOT / "packages" / "core"
 THIRDPARTY = ROOT / "tests" / "fixtures" / "thirdparty_plugin"
 PYTHON = "3.11"
 TEST_DEPS = ["pytest>=8", "pytest-timeout", "psutil", "pandas", "scikit-learn", "matplotlib"]
-# Core's tracking tests start a real MLflow server and read event files with TensorBoard's own
-# reader; docs/tracking.md uses an MLflow SQLite store.
-TRACKING_TEST_DEPS = ["mlflow>=2.10", "tensorboardX>=2.6", "tensorboard>=2.12"]
+# Core's tracking tests start a real MLflow server, read event files with TensorBoard's own reader
+# and W&B's offline run files with wandb's; docs/tracking.md uses an MLflow SQLite store.
+TRACKING_TEST_DEPS = ["mlflow>=2.10", "tensorboardX>=2.6", "tensorboard>=2.12", "wandb>=0.16"]
 # Where several frameworks share an environment (integration, quickstart, bench): the CPU build of
 # torch that lies on this machine's disk. An unpinned torch would pull a multi-GB CUDA build.
 PINNED = {"torch": "torch==2.13.0"}

@@ -17,6 +17,7 @@ def train_fn(config):
     for step in range(start, config["steps"]):
         shard = {f"shard-{ctx.get_world_rank()}": str(step).encode()}
         report_step(step, {"step": step, "start": start}, files=shard)
+        print(f"rank {ctx.get_world_rank()} step {step}")
         open(os.path.join(config["markers"], f"{ctx.get_attempt()}-{step}-{ctx.get_world_rank()}"), "w").close()
         if step == 2 and ctx.get_attempt() == 0 and ctx.get_world_rank() == 1:
             while not os.path.exists(os.path.join(config["markers"], "0-2-0")):  # report 2 returned on rank 0 too
@@ -34,7 +35,8 @@ def test_s3_run_checkpoints_fails_over_and_resumes(ray_cluster, s3_server, figur
     first = DataParallelTrainer(train_fn, train_loop_config={"steps": 5, "markers": str(tmp_path)}, scaling_config=two, run_config=config).fit()
     fs = s3_server["fs"]
     run = "bucket/runs/s3run"
-    names = sorted(i.base_name for i in fs.get_file_info(pafs.FileSelector(run)) if i.type == pafs.FileType.Directory)
+    names = sorted(i.base_name for i in fs.get_file_info(pafs.FileSelector(run))
+                   if i.type == pafs.FileType.Directory and i.base_name != "logs")
     assert names[-2:] == ["checkpoint_000003", "checkpoint_000004"] and len(names) <= 3, names
     assert first.checkpoint.path == f"{run}/checkpoint_000004"
     manifest = first.checkpoint.verify()
@@ -45,6 +47,9 @@ def test_s3_run_checkpoints_fails_over_and_resumes(ray_cluster, s3_server, figur
     # attempt 1 resumed right after the last commit of attempt 0: step 2, unless the commits of this
     # slower object store were still in flight when rank 1 died (seen once under CI load: step 1)
     assert len(state["failures"]) == 1 and first.return_value == last_commit + 1 >= 1
+    logs = {attempt: fs.open_input_stream(f"{run}/logs/attempt_{attempt}/rank_1.txt").read().decode()
+            for attempt in (0, 1)}  # uploaded as each attempt ended, the failed one's too
+    assert "rank 1 step 0" in logs[0] and "rank 1 step 4" in logs[1]
 
     second = DataParallelTrainer(train_fn, train_loop_config={"steps": 7, "markers": str(tmp_path)}, scaling_config=two, run_config=config).fit()
     with second.checkpoint.as_directory() as path:

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -17,7 +18,8 @@ def fail_once_fn(config):
         if step == 2 and not os.path.exists(config["marker"]):
             open(config["marker"], "w").close()
             raise RuntimeError("injected failure")
-        report_step(step, {"step": step, "accuracy": [0.5, 0.9, 0.7, 0.8][step]})
+        report_step(step, {"step": step, "accuracy": [0.5, 0.9, 0.7, 0.8][step],
+                           "val_loss": [0.9, 0.2, 0.6, 0.4][step]})
 
 
 def cli(*args, **env):
@@ -45,7 +47,7 @@ def test_runs_lists_every_run_newest_first(storage):
     assert [r["name"] for r in runs] == ["second", "first"]
     first = runs[1]
     assert (first["status"], first["attempts"], first["checkpoints"]) == ("finished", 2, 4)
-    assert first["last_metrics"] == {"step": 3, "accuracy": 0.8}
+    assert first["last_metrics"] == {"step": 3, "accuracy": 0.8, "val_loss": 0.4}
     code, table, _ = cli("runs", str(storage))
     assert code == 0 and "first" in table and "finished" in table and "accuracy=0.8" in table
 
@@ -86,7 +88,50 @@ def test_plot_writes_a_png_marking_checkpoints_and_the_restart(storage, tmp_path
 
 def test_plot_names_the_metrics_a_run_has(storage, tmp_path):
     code, _, err = cli("plot", str(storage / "first"), "--metric", "loss", "-o", str(tmp_path / "x.png"))
-    assert code == 2 and "--metric loss" in err and "['accuracy', 'step']" in err
+    assert code == 2 and "--metric loss" in err and "['accuracy', 'step', 'val_loss']" in err
+
+
+def test_show_infers_min_for_a_loss_like_metric_and_says_so(storage):
+    code, text, _ = cli("show", str(storage / "first"), "--metric", "val_loss")
+    assert code == 0
+    best = [line for line in text.splitlines() if line.startswith("best ")]
+    assert best == ["best         checkpoint_000001 (by val_loss, min, inferred from the name; --mode to choose)"]
+    code, text, _ = cli("show", str(storage / "first"), "--metric", "val_loss", "--mode", "max")
+    assert "best         checkpoint_000000 (by val_loss, max)" in text
+    (failure,) = [line for line in text.splitlines() if line.startswith("failure ")]
+    when = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+    assert re.fullmatch(rf"failure +{when}  attempt 0  rank 0 raised RuntimeError: injected failure", failure), failure
+
+
+def test_version_and_missing_paths_exit_non_zero(tmp_path):
+    code, out, _ = cli("--version")
+    assert code == 0 and out.strip() == f"trainkit {trainkit.__version__}"
+    code, _, err = cli("runs", str(tmp_path / "nowhere"))
+    assert code == 2 and "no storage path" in err
+    code, _, err = cli("plot", str(tmp_path / "nope"), "--metric", "loss")
+    assert code == 2 and "no reports in" in err
+
+
+def test_plot_by_step_and_time_marks_deleted_checkpoints_the_best_and_restarts(tmp_path):
+    marker = tmp_path / "failed-once"
+    trainkit.DataParallelTrainer(
+        fail_once_fn, train_loop_config={"marker": str(marker)}, scaling_config=ScalingConfig(num_workers=0),
+        run_config=trainkit.RunConfig(name="kept", storage_path=str(tmp_path), verbose=0,
+                                      checkpoint_config=trainkit.CheckpointConfig(num_to_keep=2),
+                                      failure_config=FailureConfig(max_failures=1))).fit()
+    for x in ("step", "time"):
+        out = tmp_path / f"by-{x}.png"
+        code, stdout, stderr = cli("plot", str(tmp_path / "kept"), "--metric", "val_loss", "--metric", "accuracy",
+                                   "--x", x, "-o", str(out), "--json")
+        assert code == 0, stderr
+        drawn = json.loads(stdout)
+        assert drawn["x"] == x and drawn["restarts_at"] == [2]
+        assert drawn["deleted_checkpoints"] == ["checkpoint_000000", "checkpoint_000001"]
+        # the best among the checkpoints that still exist: val_loss 0.4 (min), accuracy 0.8 (max)
+        assert drawn["best"] == {"val_loss": "checkpoint_000003", "accuracy": "checkpoint_000003"}
+        assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    code, _, err = cli("plot", str(tmp_path / "kept"), "--metric", "accuracy", "--x", "epoch")
+    assert code == 2 and "invalid choice: 'epoch'" in err
 
 
 def test_show_gives_where_the_start_went(ray_cluster, run_config):

@@ -47,3 +47,28 @@ def test_the_status_clock_ticks_while_nothing_arrives():
         assert str(shown._live.get_renderable()).endswith("  7s")
     finally:
         shown.stop()
+
+
+def test_on_a_terminal_rank0_progress_redraws_under_the_status_and_report_lines_stay():
+    import io
+
+    from rich.console import Console
+
+    def status_text():
+        out = Console(file=io.StringIO(), width=120)
+        out.print(shown._status())
+        return out.file.getvalue()
+
+    shown = display_mod.Display(verbose=1, run_name="r")
+    screen = io.StringIO()
+    shown.console = Console(file=screen, force_terminal=True, width=120, highlight=False)
+    shown.start()
+    shown.worker_output(0, "epoch:  50%|#####", progress=True)
+    shown.worker_output(1, "epoch:  40%|####", progress=True)  # another rank's bar: not shown
+    assert "(rank 0) epoch:  50%|#####" in status_text() and "40%" not in status_text()
+    shown.worker_output(0, "epoch: 100%|##########")  # the finished bar: a line, the redrawn one gone
+    assert "epoch" not in status_text()
+    shown.report(0, {"loss": 0.5}, "checkpoint_000000")
+    shown.stop()
+    assert "(rank 0) epoch: 100%|##########" in screen.getvalue()
+    assert "trainkit: report 0  loss=0.5  [checkpoint_000000]" in screen.getvalue()  # stays after the run

@@ -2,6 +2,7 @@
 started on loopback, and TensorBoard's own event reader."""
 
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -140,3 +141,63 @@ def test_tracking_callbacks_refuse_bad_arguments():
         MLflowCallback(log_checkpoints="files")
     with pytest.raises(ValueError, match="callbacks=.*trainkit.UserCallback"):
         trainkit.RunConfig(callbacks=[print])
+
+
+def wandb_file_records(path):
+    """The records of a ``.wandb`` file: after a 7-byte header (":W&B", 0xBEE1, version 0), LevelDB's
+    log format (32 KiB blocks of chunks: crc32, length, type FULL/FIRST/MIDDLE/LAST), as wandb writes it."""
+    data, block = path.read_bytes(), 32768
+    assert data[:7] == b":W&B\xe1\xbe\x00", data[:7]
+    records, pending, pos = [], b"", 7
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # a block's tail too short for a chunk header is padding
+            pos += block - pos % block
+            continue
+        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
+        pending += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # FULL, LAST
+            records.append(pending)
+            pending = b""
+    return records
+
+
+def wandb_records(run_dir):
+    """The history rows, summary and config of the offline W&B run under ``run_dir``, its ``.wandb``
+    file's records decoded with wandb's own protobuf messages."""
+    import json
+
+    from wandb.proto import wandb_internal_pb2
+
+    (path,) = [p for p in (run_dir / "wandb").glob("offline-run-*/run-*.wandb")]
+    history, summary, config = [], {}, {}
+    for data in wandb_file_records(path):
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        kind = record.WhichOneof("record_type")
+        if kind == "history":
+            history.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                            for item in record.history.item})
+        elif kind == "summary":
+            summary.update({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                            for item in record.summary.update})
+        elif kind in ("config", "run"):
+            updates = (record.config if kind == "config" else record.run.config).update
+            config.update({item.key: json.loads(item.value_json) for item in updates})
+    return history, summary, config
+
+
+def test_wandb_offline_run_holds_config_metrics_restarts_and_checkpoints(run_config, tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    from trainkit.tracking import WandbCallback
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    result = fit(run_config, [WandbCallback(project="digits")], marker=str(tmp_path / "failed"))  # one restart
+    history, summary, config = wandb_records(pathlib.Path(result.path))
+    loss = [(row["_step"], round(row["loss"], 6)) for row in history if "loss" in row]
+    assert loss == [(0, 1.0), (1, 0.5), (2, 0.333333), (3, 0.25)]
+    assert [(row["_step"], row["trainkit/attempt"]) for row in history if "trainkit/attempt" in row] == [(0, 0), (2, 1)]
+    assert [round(row["eval/acc"], 6) for row in history if "eval/acc" in row] == [0.5, 0.6, 0.7, 0.8]
+    assert config["lr"] == 0.1 and config["model"] == {"layers": 2}
+    assert summary["trainkit/checkpoint"] == result.checkpoint.path

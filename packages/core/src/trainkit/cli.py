@@ -57,7 +57,13 @@ def _runs(args: argparse.Namespace) -> int:
     from trainkit._internal.storage import default_storage_path
 
     storage_path = args.storage_path or default_storage_path()
-    runs = list_runs(storage_path)
+    try:
+        runs = list_runs(storage_path)
+    except FileNotFoundError as exc:
+        if args.storage_path:  # a path the user named is not there
+            print(f"trainkit runs: {exc}", file=sys.stderr)
+            return 2
+        runs = []
     if args.json:
         print(json.dumps(runs, indent=1, default=str))
         return 0
@@ -95,9 +101,15 @@ def _show(args: argparse.Namespace) -> int:
     if run["error"]:
         lines.append(f"error        {run['error']}")
     for failure in run["failures"]:
-        lines.append(f"failure      {_metrics(failure, limit=6)}")
+        when = _when(failure["time"]) if isinstance(failure.get("time"), (int, float)) else "-"
+        lines.append(f"failure      {when}  attempt {failure.get('attempt')}  {failure.get('message')}")
     best = run["best_checkpoint"]
-    lines.append(f"best         {best['name'] + ' (by ' + best['by'] + ')' if best else '-'}")
+    if best and best["mode"]:
+        inferred = ", inferred from the name; --mode to choose" if best["mode_inferred"] else ""
+        how = f" (by {best['by']}, {best['mode']}{inferred})"
+    else:
+        how = " (the latest; --metric to choose)" if best else ""
+    lines.append(f"best         {best['name'] + how if best else '-'}")
     table = Table("checkpoint", "report", "attempt", "metrics", box=None)
     for c in run["checkpoints"]:
         marker = " *" if best and c["name"] == best["name"] else ""
@@ -110,21 +122,31 @@ def _plot(args: argparse.Namespace) -> int:
     from trainkit._internal.runs import plot_metrics
 
     try:
-        drawn = plot_metrics(args.run, args.metric, args.output)
+        drawn = plot_metrics(args.run, args.metric, args.output, x=args.x)
     except (FileNotFoundError, ValueError, ImportError) as exc:
         print(f"trainkit plot: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(drawn) if args.json else
-          f"wrote {drawn['output']}: {', '.join(drawn['metrics'])} over {drawn['reports']} reports, "
-          f"{drawn['checkpoints']} checkpoints, restarts at {drawn['restarts_at'] or 'none'}")
+          f"wrote {drawn['output']}: {', '.join(drawn['metrics'])} over {drawn['reports']} reports (x: {drawn['x']}), "
+          f"{drawn['checkpoints']} checkpoints ({len(drawn['deleted_checkpoints'])} deleted), "
+          f"restarts at {drawn['restarts_at'] or 'none'}")
     return 0
+
+
+def _launch(args: argparse.Namespace) -> int:
+    from trainkit._internal.launch import main as launch
+
+    return launch(args)
 
 
 RUN_HELP = "the run's directory (local path or URI), or a run name under the default storage path"
 
 
 def main(argv: list[str] | None = None) -> int:
+    from importlib.metadata import version
+
     parser = argparse.ArgumentParser(prog="trainkit", description="Distributed training on Ray, any framework.")
+    parser.add_argument("--version", action="version", version=f"trainkit {version('trainkit')}")
     commands = parser.add_subparsers(dest="command", required=True)
     plugins = commands.add_parser("plugins", help="installed plugins, versions and status")
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
@@ -137,15 +159,25 @@ def main(argv: list[str] | None = None) -> int:
     show = commands.add_parser("show", help="one run: attempts, failures, checkpoints and the best one")
     show.add_argument("run", help=RUN_HELP)
     show.add_argument("--metric", help="pick the best checkpoint by this reported metric (default: the latest)")
-    show.add_argument("--mode", default="max", choices=["max", "min"], help="with --metric: higher or lower is better")
+    show.add_argument("--mode", choices=["max", "min"], help="with --metric: higher or lower is better (default: "
+                      "min for loss-like names such as loss, error, mse, perplexity, time; else max)")
     show.add_argument("--json", action="store_true", help="machine-readable output")
     show.set_defaults(func=_show)
     plot = commands.add_parser("plot", help="a PNG of metric curves, checkpoints and restarts marked")
     plot.add_argument("run", help=RUN_HELP)
     plot.add_argument("--metric", action="append", required=True, help="a reported metric; repeat for more")
     plot.add_argument("-o", "--output", default="metrics.png", help="the PNG to write (default: metrics.png)")
+    plot.add_argument("--x", choices=["index", "step", "time"], default="index",
+                      help="the x-axis: report index (default), the reported 'step', or wall-clock time")
     plot.add_argument("--json", action="store_true", help="machine-readable output")
     plot.set_defaults(func=_plot)
+    from trainkit._internal.launch import add_arguments as launch_arguments
+
+    launch = commands.add_parser("launch", help="run a torchrun-style script on N workers, with restarts",
+                                 description="Run `python SCRIPT ARGS...` on every rank with torchrun's "
+                                 "environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...).")
+    launch_arguments(launch)
+    launch.set_defaults(func=_launch)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -19,6 +19,7 @@ from trainkit._internal.lock import RunLock
 from trainkit._internal.retry import StorageError
 from trainkit._internal.plugins import get_plugins
 from trainkit._internal.progress import ProgressWatch
+from trainkit._internal.run_logs import RunLogs
 from trainkit._internal.run_state import CheckpointRecord, RunState, start_profile
 from trainkit._internal.session import SALVAGE_S, Session, TrainContext, set_session
 from trainkit._internal.storage import FileEntry, RunStorage
@@ -72,6 +73,7 @@ class Controller:
         self.storage = RunStorage(run_config.storage_path, run_config.name or default_name,
                                   run_config.storage_filesystem)
         self.display = Display(run_config.verbose, self.storage.name)
+        self.logs = RunLogs(self.storage)
         self.plugins = get_plugins()
         self.callbacks = [*run_config.callbacks, *(
             callback for added in self.plugins.hook.trainkit_default_callbacks(run_config=run_config)
@@ -193,6 +195,7 @@ class Controller:
                 self._next_attempt()
         finally:
             self.display.stop()
+            self.logs.close()
         if self.validator:
             self._merge_validations(wait_all=True)
             self.validator.shutdown()
@@ -314,7 +317,16 @@ class Controller:
         finally:
             if group is not None:
                 group.shutdown(graceful=outcome.error is None and outcome.resize_to is None)
+            try:
+                self.logs.end_attempt()
+            except Exception as exc:  # noqa: BLE001 - the workers' logs are no reason to fail the run
+                self.display.note(f"could not store the workers' logs of attempt {self.state.attempt}: {exc}")
         return outcome
+
+    def _on_output(self, event: Output) -> None:
+        if not event.progress:  # a progress bar's line is kept once finished
+            self.logs.write(self.state.attempt, event.rank, event.text)
+        self.display.worker_output(event.rank, event.text, progress=event.progress)
 
     def _watch(self, group: Any) -> _Attempt:
         import ray
@@ -358,7 +370,7 @@ class Controller:
                     if isinstance(event, Report):
                         self._on_report(event)
                     elif isinstance(event, Output):
-                        self.display.worker_output(event.rank, event.text)
+                        self._on_output(event)
                     elif isinstance(event, Finished):
                         running.discard(rank)
                         if rank == 0:
@@ -404,7 +416,9 @@ class Controller:
             except ray.exceptions.RayError:
                 continue
             for event in events:
-                if isinstance(event, Report):
+                if isinstance(event, Output):
+                    self._on_output(event)
+                elif isinstance(event, Report):
                     try:
                         self._on_report(event)
                     except Exception as exc:  # noqa: BLE001 - the original failure is the one to report

@@ -1,8 +1,10 @@
 """What the driver prints: worker output prefixed by rank (a line every rank prints, once), a live
 status line, a final summary.
 
-On a terminal the status line redraws in place; otherwise it becomes a plain line per committed
-checkpoint, and at least every ``PLAIN_EVERY_S`` while reports arrive (every report at verbose=2).
+A plain line per committed checkpoint, and at least every ``PLAIN_EVERY_S`` while reports arrive
+(every report at verbose=2), stays on screen; on a terminal the status line below them redraws in
+place, with rank 0's progress bar (a line redrawn with ``\r``, e.g. tqdm's) under it. Elsewhere a
+progress bar shows only as its finished line.
 Verbosity: ``RunConfig.verbose`` or ``$TRAINKIT_VERBOSE``.
 """
 
@@ -13,7 +15,7 @@ import sys
 import time
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -57,6 +59,7 @@ class Display:
         self._live: Live | None = None
         self._first_rank: dict[str, int] = {}  # worker output line -> the rank that printed it first
         self._started = self._last_line = time.monotonic()
+        self._progress: str | None = None  # rank 0's progress bar, as last drawn
         self.fields: dict[str, Any] = {"attempt": 0, "workers": 0, "reports": 0, "metrics": None, "checkpoint": None}
 
     def start(self) -> None:
@@ -65,7 +68,7 @@ class Display:
             self._live = Live(console=self.console, get_renderable=self._status, refresh_per_second=4, transient=True)
             self._live.start()
 
-    def _status(self) -> Text:
+    def _status(self) -> Any:
         f = self.fields
         text = Text.assemble(("trainkit ", "bold cyan"), (self.run_name, "bold"),
                              f"  attempt {f['attempt']}  workers {f['workers']}  reports {f['reports']}")
@@ -74,7 +77,7 @@ class Display:
         if f["metrics"]:
             text.append(f"  {format_metrics(f['metrics'])}", style="green")
         text.append(f"  {time.monotonic() - self._started:.0f}s", style="dim")
-        return text
+        return Group(text, Text(f"(rank 0) {self._progress}")) if self._progress else text
 
     def update(self, **fields: Any) -> None:
         self.fields.update(fields)
@@ -85,7 +88,7 @@ class Display:
         self.update(reports=self.fields["reports"] + 1, metrics=metrics, checkpoint=checkpoint or self.fields["checkpoint"])
         now = time.monotonic()
         due = checkpoint or now - self._last_line >= PLAIN_EVERY_S
-        if self._live is None and (self.verbose >= 2 or (self.verbose >= 1 and due)):
+        if self.verbose >= 2 or (self.verbose >= 1 and due):
             suffix = f"  [{checkpoint}]" if checkpoint else ""
             self.console.print(f"trainkit: report {index}  {format_metrics(metrics)}{suffix}", markup=False)
             self._last_line = now
@@ -94,9 +97,19 @@ class Display:
         if self.verbose >= 1:
             self.console.print(f"trainkit: {message}", markup=False, style="yellow")
 
-    def worker_output(self, rank: int, text: str) -> None:
+    def worker_output(self, rank: int, text: str, progress: bool = False) -> None:
         """Prints ``text`` prefixed by rank; below verbose=2, a line another rank already printed
-        (the same warning from every worker) is shown once."""
+        (the same warning from every worker) is shown once. ``progress``: the latest state of a
+        line being redrawn, shown (rank 0's, on a terminal) under the status line."""
+        if progress:
+            if rank == 0 and self._live is not None:
+                self._progress = text
+                self._live.update(self._status())
+            return
+        if rank == 0 and self._progress is not None:
+            self._progress = None  # its finished line follows
+            if self._live is not None:
+                self._live.update(self._status())
         lines = text.split("\n")
         if self.verbose < 2:
             if len(self._first_rank) > 10_000:

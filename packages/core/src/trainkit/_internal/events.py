@@ -23,7 +23,8 @@ class Report:
 @dataclass
 class Output:
     rank: int
-    text: str
+    text: str  # whole lines, joined by "\n"
+    progress: bool = False  # the latest state of a line redrawn in place (a progress bar)
 
 
 @dataclass

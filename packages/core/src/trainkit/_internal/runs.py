@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import posixpath
+import re
 from typing import Any
 
 from trainkit._internal import storage as storage_mod
 from trainkit._internal.run_state import START_PHASES, RunState
+
+
+# names where lower is better: losses, errors, distances, perplexity, durations
+_LOWER_IS_BETTER = re.compile(r"loss|err|mse|mae|rmse|mape|perplexity|ppl|wer|cer|regret|latency|time|(^|_)s$|seconds",
+                              re.IGNORECASE)
+X_AXES = ("index", "step", "time")
+
+
+def infer_mode(metric: str) -> str:
+    """'min' for a loss-like name (loss, val_error, mse, perplexity, epoch_time_s, ...), else 'max'."""
+    return "min" if _LOWER_IS_BETTER.search(metric) else "max"
 
 
 def locate_run(run: str) -> str:
@@ -22,7 +35,9 @@ def list_runs(storage_path: str) -> list[dict[str, Any]]:
     import pyarrow.fs as pafs
 
     fs, root = storage_mod.resolve_filesystem(storage_path)
-    infos = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+    if fs.get_file_info(root).type == pafs.FileType.NotFound:
+        raise FileNotFoundError(f"no storage path {storage_path!r}")
+    infos = fs.get_file_info(pafs.FileSelector(root))
     runs = []
     for info in infos:
         if info.type == pafs.FileType.Directory and (state := RunState.load(fs, info.path)) is not None:
@@ -33,15 +48,17 @@ def list_runs(storage_path: str) -> list[dict[str, Any]]:
     return sorted(runs, key=lambda run: run["updated"], reverse=True)
 
 
-def describe_run(run_path: str, metric: str | None = None, mode: str = "max") -> dict[str, Any]:
+def describe_run(run_path: str, metric: str | None = None, mode: str | None = None) -> dict[str, Any]:
     """One run: its state, failures and checkpoints with their metrics, and the best checkpoint
-    (by ``metric`` when given, else the latest)."""
+    (by ``metric`` when given, else the latest; ``mode`` None: ``infer_mode(metric)``)."""
     fs, path = storage_mod.resolve_filesystem(locate_run(run_path))
     state = RunState.load(fs, path)
     if state is None:
         raise FileNotFoundError(f"no trainkit run at {run_path!r} (no {storage_mod.STATE})")
-    if mode not in ("max", "min"):
+    if mode not in ("max", "min", None):
         raise ValueError(f"mode={mode!r} is invalid: expected 'max' or 'min'")
+    inferred = metric is not None and mode is None
+    mode = infer_mode(metric) if inferred else mode
     checkpoints = [{"name": c.name, "path": posixpath.join(path, c.name), "report_index": c.index,
                     "attempt": c.attempt, "metrics": c.metrics}
                    for c in sorted(state.checkpoints, key=lambda c: c.index)]
@@ -55,20 +72,33 @@ def describe_run(run_path: str, metric: str | None = None, mode: str = "max") ->
             "created": state.created, "updated": state.updated, "error": state.error,
             "failures": state.failures, "world_sizes": state.world_sizes, "last_metrics": state.last_metrics or {}, "checkpoints": checkpoints,
             "start_profile": {phase: state.start_profile[phase] for phase in START_PHASES if phase in state.start_profile},
-            "best_checkpoint": best and {**best, "by": metric or "latest"}}
+            "best_checkpoint": best and {**best, "by": metric or "latest", "mode": metric and mode,
+                                         "mode_inferred": inferred}}
 
 
-def plot_metrics(run_path: str, metrics: list[str], output: str) -> dict[str, Any]:
-    """Write a PNG of ``metrics`` over the run's reports: one panel per metric, committed
-    checkpoints marked, restarts (a new attempt) as dashed lines. Returns what was drawn."""
+def _checkpoint_dirs(fs: Any, path: str) -> set[str]:
+    import pyarrow.fs as pafs
+
+    return {info.base_name for info in fs.get_file_info(pafs.FileSelector(path))
+            if info.type == pafs.FileType.Directory}
+
+
+def plot_metrics(run_path: str, metrics: list[str], output: str, x: str = "index") -> dict[str, Any]:
+    """Write a PNG of ``metrics`` over the run's reports (``x``: report index, the reported ``step``
+    or the wall-clock time): one panel per metric, checkpoints that still exist as green dots, deleted
+    ones (retention) as hollow grey circles, each panel's best checkpoint as a star (max or min by
+    ``infer_mode``), restarts (a new attempt) as dashed lines. Returns what was drawn."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
+        import matplotlib.dates as mdates
         import matplotlib.pyplot as plt
         from matplotlib.ticker import MaxNLocator
     except ImportError as exc:
         raise ImportError("trainkit plot needs matplotlib: pip install 'trainkit-core[plot]'") from exc
+    if x not in X_AXES:
+        raise ValueError(f"--x {x}: expected one of {', '.join(X_AXES)}")
     fs, path = storage_mod.resolve_filesystem(locate_run(run_path))
     log = storage_mod.read_metrics_log(fs, path)
     if not log:
@@ -77,24 +107,53 @@ def plot_metrics(run_path: str, metrics: list[str], output: str) -> dict[str, An
     missing = [m for m in metrics if m not in available]
     if missing:
         raise ValueError(f"--metric {', '.join(missing)}: not reported as a number; the run reported {available}")
-    restarts = [r["index"] for prev, r in zip(log, log[1:]) if r["attempt"] != prev["attempt"]]
-    fig, axes = plt.subplots(len(metrics), 1, sharex=True, squeeze=False, figsize=(8, 2.6 * len(metrics)))
+    if x == "step" and not all(isinstance(r["metrics"].get("step"), (int, float)) for r in log):
+        raise ValueError(f"--x step needs a numeric 'step' in every report; the run reported {available}")
+
+    def where(r: dict) -> Any:
+        if x == "time":
+            return datetime.datetime.fromtimestamp(r["time"])
+        return r["metrics"]["step"] if x == "step" else r["index"]
+
+    existing = _checkpoint_dirs(fs, path)
+    restarts = [r for prev, r in zip(log, log[1:]) if r["attempt"] != prev["attempt"]]
+    fig, axes = plt.subplots(len(metrics), 1, sharex=True, squeeze=False, figsize=(8, 2.8 * len(metrics)))
+    best_names = {}
     for ax, metric in zip(axes[:, 0], metrics):
-        points = [(r["index"], r["metrics"][metric], bool(r.get("checkpoint"))) for r in log
+        points = [(where(r), r["metrics"][metric], r.get("checkpoint")) for r in log
                   if isinstance(r["metrics"].get(metric), (int, float))]
         ax.plot([p[0] for p in points], [p[1] for p in points], color="tab:blue", label=metric)
-        ax.scatter([p[0] for p in points if p[2]], [p[1] for p in points if p[2]], color="tab:green",
-                   zorder=3, label="checkpoint")
-        for index in restarts:
-            ax.axvline(index, color="tab:red", linestyle="--", linewidth=1)
+        kept = [p for p in points if p[2] and p[2] in existing]
+        gone = [p for p in points if p[2] and p[2] not in existing]
+        ax.scatter([p[0] for p in kept], [p[1] for p in kept], color="tab:green", zorder=3, label="checkpoint")
+        if gone:
+            ax.scatter([p[0] for p in gone], [p[1] for p in gone], facecolors="none", edgecolors="tab:gray",
+                       zorder=3, label="checkpoint (deleted)")
+        mode = infer_mode(metric)
+        scored = [p for p in kept if p[1] == p[1]]  # NaN never wins
+        if scored:
+            best = (max if mode == "max" else min)(scored, key=lambda p: p[1])
+            best_names[metric] = best[2]
+            ax.scatter([best[0]], [best[1]], marker="*", s=220, color="gold", edgecolors="black", zorder=4,
+                       label=f"best checkpoint ({mode})")
+        for i, r in enumerate(restarts):
+            ax.axvline(where(r), color="tab:red", linestyle="--", linewidth=1, label="restart" if i == 0 else None)
         ax.set_ylabel(metric)
         ax.grid(alpha=0.3)
         ax.legend(loc="best", fontsize="small")
-    axes[-1, 0].set_xlabel("report")
-    axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
-    fig.suptitle(f"{posixpath.basename(path)}" + (f" ({len(restarts)} restart(s), dashed)" if restarts else ""))
+    bottom = axes[-1, 0]
+    bottom.set_xlabel({"index": "report", "step": "step", "time": "time"}[x])
+    if x == "time":
+        locator = mdates.AutoDateLocator()  # down to seconds for a short run
+        bottom.xaxis.set_major_locator(locator)
+        bottom.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+    else:
+        bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.suptitle(f"{posixpath.basename(path)}" + (f" ({len(restarts)} restart(s))" if restarts else ""))
     fig.tight_layout()
     fig.savefig(output, dpi=100)
     plt.close(fig)
-    return {"output": output, "metrics": metrics, "reports": len(log), "restarts_at": restarts,
-            "checkpoints": sum(bool(r.get("checkpoint")) for r in log)}
+    checkpoints = [r["checkpoint"] for r in log if r.get("checkpoint")]
+    return {"output": output, "metrics": metrics, "x": x, "reports": len(log),
+            "restarts_at": [r["index"] for r in restarts], "checkpoints": len(checkpoints),
+            "deleted_checkpoints": [c for c in checkpoints if c not in existing], "best": best_names}

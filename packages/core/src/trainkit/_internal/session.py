@@ -280,6 +280,11 @@ def current_context(caller: str) -> TrainContext:
 
 
 def get_session(caller: str) -> Session:
+    global _session
+    if _session is None:
+        from trainkit._internal.launch import script_session
+
+        _session = script_session()  # a script run by `trainkit launch` reports through its worker
     if _session is None:
         raise RuntimeError(f"trainkit.{caller}() can only be called inside a training function run by a trainkit Trainer")
     return _session

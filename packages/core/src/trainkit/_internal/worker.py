@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import io
 import os
 import pickle
 import queue
@@ -18,7 +17,8 @@ import time
 import traceback
 from typing import Any, Callable
 
-from trainkit._internal.events import Failed, Finished, Output
+from trainkit._internal.events import Failed, Finished
+from trainkit._internal.rank_output import RankOutput
 from trainkit._internal.session import SALVAGE_S, Session, TrainContext, set_session, set_worker_context
 from trainkit._internal.storage import RunStorage
 from trainkit.backend import BackendConfig
@@ -26,40 +26,6 @@ from trainkit.checkpoint import Checkpoint
 
 
 POLL_EVENTS = 1000
-
-
-class _RankOutput(io.TextIOBase):
-    """A stdout/stderr replacement that forwards whole lines to the driver and to the original stream."""
-
-    def __init__(self, original: Any, rank: int, put: Callable[[Any], None]):
-        self._original, self._rank, self._put = original, rank, put
-        self._partial = ""
-        self._lock = threading.Lock()
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, text: str) -> int:
-        self._original.write(text)
-        with self._lock:
-            lines = (self._partial + text).split("\n")
-            self._partial = lines.pop()
-        if lines:
-            self._put(Output(self._rank, "\n".join(lines)))
-        return len(text)
-
-    def flush(self) -> None:
-        self._original.flush()
-        with self._lock:
-            partial, self._partial = self._partial, ""
-        if partial:
-            self._put(Output(self._rank, partial))
-
-    def fileno(self) -> int:
-        return self._original.fileno()
-
-    def isatty(self) -> bool:
-        return False
 
 
 def call_train_fn(fn: Callable, config: dict | None) -> Any:
@@ -135,8 +101,8 @@ class Worker:
         os.environ.update(env)
         self._context, self._hooks = context, hooks
         set_worker_context(context)
-        sys.stdout = _RankOutput(sys.__stdout__, context.world_rank, self._events.put)
-        sys.stderr = _RankOutput(sys.__stderr__, context.world_rank, self._events.put)
+        sys.stdout = RankOutput(sys.__stdout__, context.world_rank, self._events.put)
+        sys.stderr = RankOutput(sys.__stderr__, context.world_rank, self._events.put)
         if hooks:
             from trainkit._internal.plugins import get_plugins
 
