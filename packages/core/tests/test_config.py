@@ -79,6 +79,11 @@ def test_run_names_that_would_escape_are_rejected(name):
         RunConfig(name=name)
 
 
+@pytest.mark.parametrize("name", ["train-trial_id=abc", "trial_lr=0.1,bs=32", "run.v2"])
+def test_ray_tune_run_names_are_accepted(name):
+    assert RunConfig(name=name).name == name
+
+
 def test_failure_and_checkpoint_config_validation():
     assert FailureConfig(max_failures=-1).max_failures == -1
     for bad in (-2, 1.5, True, "3"):

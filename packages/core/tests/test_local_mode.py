@@ -63,3 +63,23 @@ def test_a_report_that_returned_before_an_error_still_commits(tmp_path, run_conf
         scaling_config=trainkit.ScalingConfig(num_workers=0),
         run_config=run_config(failure_config=trainkit.FailureConfig(max_failures=1))).fit()
     assert result.metrics == {"resumed_at": 1}
+
+
+def test_ray_tune_style_run_name_and_token_metrics_are_accepted(tmp_path):
+    """A Tune trial's name (``=``) is a run name; ``tokens_per_second`` is a metric, not a secret;
+    a reported secret setting is stored masked."""
+    import trainkit
+
+    def train_fn():
+        trainkit.report({"tokens_per_second": 1200.0, "num_input_tokens_seen": 4096,
+                         "args": {"hub_token": "hf_canary", "learning_rate": 0.1}})
+
+    result = trainkit.DataParallelTrainer(
+        train_fn, scaling_config=trainkit.ScalingConfig(num_workers=0),
+        run_config=trainkit.RunConfig(name="train-trial_id=abc", storage_path=str(tmp_path), verbose=0)).fit()
+    assert result.path.endswith("train-trial_id=abc")
+    assert result.metrics == {"tokens_per_second": 1200.0, "num_input_tokens_seen": 4096,
+                              "args": {"hub_token": "***", "learning_rate": 0.1}}
+    stored = "".join(open(os.path.join(d, f), errors="replace").read()
+                     for d, _, files in os.walk(tmp_path) for f in files)
+    assert "hf_canary" not in stored

@@ -261,8 +261,8 @@ class RunConfig:
                   checkpoint_config=CheckpointConfig(num_to_keep=2))
 
     Attributes:
-        name: run name, the directory under ``storage_path``; letters, digits, ``.``, ``_``, ``-``.
-            Re-running with the same name resumes the run.
+        name: run name, the directory under ``storage_path``; letters, digits, ``.``, ``_``, ``-``,
+            ``=``, ``,`` (Tune's ``train-trial_id=abc``). Re-running with the same name resumes the run.
         storage_path: local path or URI (``s3://``, ``gs://``, ...); default ``~/trainkit_results``
             (or ``$TRAINKIT_STORAGE_PATH``).
         storage_filesystem: a ``pyarrow.fs.FileSystem`` to use for ``storage_path``.
