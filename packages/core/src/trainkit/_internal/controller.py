@@ -79,6 +79,7 @@ class Controller:
         self.resumed_from: str | None = None
         self._pending: dict[int, dict[int, Report]] = {}
         self._acks: dict[int, list] = {}
+        self._warned_differing: set[str] = set()  # checkpoint files whose ranks' copies differed
         self._world_size = 0
         self._local_session: Session | None = None
         self._ray_start_s: float | None = None  # this fit's, shown in its first attempt's profile
@@ -446,12 +447,21 @@ class Controller:
             if len(names) > 1:
                 raise ValueError(f"report {index}: ranks passed different checkpoint_dir_name values {sorted(names)}")
             files: dict[str, FileEntry] = {}
+            differing: dict[str, list[int]] = {}  # file -> ranks whose copy differs from the lowest rank's
             for r in sorted(with_files, key=lambda r: r.rank):
                 for e in r.files:
                     if e.path in files and files[e.path].sha256 != e.sha256:
-                        raise ValueError(f"report {index}: ranks wrote different contents to checkpoint file "
-                                         f"{e.path!r}; give each rank its own file names (e.g. with the rank)")
-                    files[e.path] = e
+                        differing.setdefault(e.path, []).append(r.rank)
+                    files.setdefault(e.path, e)
+            for path, ranks in differing.items():
+                # One copy is kept (rank 0's wherever the rank-0 copy can win the write, as on local
+                # disks); the manifest records the bytes actually stored.
+                files[path] = storage_mod.hash_file(storage.fs, with_files[0].tmp_path, path)
+                if path not in self._warned_differing:
+                    self._warned_differing.add(path)
+                    logger.warning("checkpoint file %r: ranks %s wrote different contents than rank %d; kept "
+                                   "one copy (rank-dependent state such as BatchNorm buffers?). Logged once.",
+                                   path, ranks, with_files[0].rank)
             name = with_files[0].checkpoint_name
             path = storage.commit_checkpoint(with_files[0].tmp_path, name, files.values(),
                                              {"index": index, "attempt": state.attempt, "metrics": metrics})
