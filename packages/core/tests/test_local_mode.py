@@ -20,7 +20,7 @@ def test_local_mode_runs_in_process_without_ray(tmp_path):
                     open(os.path.join(tmp, "w.txt"), "w").write(str(step))
                     trainkit.report({{"step": step, "pid": os.getpid()}},
                                     checkpoint=trainkit.Checkpoint.from_directory(tmp))
-            committed = trainkit.get_all_reported_checkpoints(timeout=5)
+            committed = trainkit.get_all_reported_checkpoints(timeout_s=5)
             return len(committed)
 
         result = trainkit.DataParallelTrainer(

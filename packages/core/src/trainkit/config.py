@@ -14,7 +14,7 @@ from trainkit._internal import tpu
 from trainkit._internal.naming import validate_name
 from trainkit.callbacks import UserCallback
 
-__all__ = ["ScalingConfig", "RunConfig", "FailureConfig", "CheckpointConfig"]
+__all__ = ["ScalingConfig", "RunConfig", "FailureConfig", "CheckpointConfig", "LoggingConfig", "SyncConfig"]
 
 _PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 _MAX_WORKERS = 100_000
@@ -212,14 +212,25 @@ class FailureConfig:
             forever.
         worker_timeout_s: a worker that does not answer the driver's heartbeat for this long (a
             frozen or partitioned process) fails the attempt with an error naming its rank.
+
+    Ray Train's preemption settings (``max_preemption_failures``, ``relax_collectives_on_preemption``,
+    ``preemption_grace_s``) are refused: a drained node or a SIGTERM'd worker is a failure here,
+    counted in ``max_failures``.
     """
 
     max_failures: int = 0
     worker_timeout_s: float = 60.0
+    max_preemption_failures: None = None
+    relax_collectives_on_preemption: None = None
+    preemption_grace_s: None = None
 
     def __post_init__(self) -> None:
         _check_int("max_failures", self.max_failures, minimum=-1)
         _check_number("worker_timeout_s", self.worker_timeout_s, minimum=0, allow_equal=False)
+        for name in ("max_preemption_failures", "relax_collectives_on_preemption", "preemption_grace_s"):
+            if getattr(self, name) is not None:
+                raise _bad(name, getattr(self, name), "not set: trainkit counts a preemption (node drain, SIGTERM "
+                           "to a worker) as a failure; raise FailureConfig(max_failures=...) to survive it")
 
 
 @dataclass(frozen=True)
@@ -248,6 +259,35 @@ class CheckpointConfig:
             raise _bad("checkpoint_score_order", self.checkpoint_score_order, '"max" or "min"')
 
 
+@dataclass(frozen=True)
+class LoggingConfig:
+    """The level of trainkit's own log records (the ``trainkit`` logger) in the driver.
+
+    Example::
+
+        RunConfig(logging_config=LoggingConfig(log_level="DEBUG"))
+    """
+
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        levels = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+        if not isinstance(self.log_level, str) or self.log_level.upper() not in levels:
+            raise _bad("log_level", self.log_level, f"one of {', '.join(levels)}")
+        object.__setattr__(self, "log_level", self.log_level.upper())
+
+
+@dataclass(frozen=True)
+class SyncConfig:
+    """Accepted for Ray Train scripts and ignored: trainkit writes checkpoints and results straight
+    to ``storage_path``, so there is nothing to sync afterwards."""
+
+    sync_period: int = 300
+    sync_timeout: int = 1800
+    sync_artifacts: bool = False
+    sync_artifacts_on_checkpoint: bool = True
+
+
 _VERBOSITY = (0, 1, 2)
 
 
@@ -269,6 +309,8 @@ class RunConfig:
         failure_config, checkpoint_config: see those classes.
         callbacks: ``trainkit.UserCallback`` objects called in the driver.
         verbose: 0 quiet, 1 progress line and summary (default; ``$TRAINKIT_VERBOSE``), 2 also every report.
+        logging_config: a ``LoggingConfig`` (level of trainkit's log records).
+        sync_config: a ``SyncConfig``, accepted and ignored (nothing to sync).
     """
 
     name: str | None = None
@@ -278,6 +320,8 @@ class RunConfig:
     checkpoint_config: CheckpointConfig = field(default_factory=CheckpointConfig)
     callbacks: Sequence[Any] = ()
     verbose: int | None = None
+    logging_config: LoggingConfig = field(default_factory=LoggingConfig)
+    sync_config: SyncConfig | None = None
 
     def __post_init__(self) -> None:
         if self.name is not None:
@@ -303,6 +347,12 @@ class RunConfig:
                 raise _bad("callbacks", callback, "trainkit.UserCallback objects (subclass it)")
         if self.verbose is not None and (isinstance(self.verbose, bool) or self.verbose not in _VERBOSITY):
             raise _bad("verbose", self.verbose, "0, 1 or 2")
+        if self.logging_config is None:
+            object.__setattr__(self, "logging_config", LoggingConfig())
+        if not isinstance(self.logging_config, LoggingConfig):
+            raise _bad("logging_config", self.logging_config, "a trainkit.LoggingConfig")
+        if self.sync_config is not None and not isinstance(self.sync_config, SyncConfig):
+            raise _bad("sync_config", self.sync_config, "None or a trainkit.SyncConfig")
 
     def __repr__(self) -> str:
         from trainkit._internal.redact import redact

@@ -27,7 +27,7 @@ from trainkit.backend import BackendConfig
 from trainkit.callbacks import RunContext
 from trainkit.checkpoint import Checkpoint
 from trainkit.config import RunConfig, ScalingConfig
-from trainkit.result import Result, TrainingFailedError
+from trainkit.result import ControllerError, Result, TrainingFailedError, WorkerGroupError
 from trainkit.validation import ValidationConfig
 
 logger = logging.getLogger("trainkit")
@@ -45,8 +45,9 @@ class _Attempt:
 
 
 def _training_error(event: Failed) -> TrainingFailedError:
-    error = TrainingFailedError(
+    error = WorkerGroupError(
         f"rank {event.rank} raised {event.type_name}: {event.message}\n\nWorker traceback:\n{event.traceback}",
+        {event.rank: event.exception or RuntimeError(f"{event.type_name}: {event.message}")},
         rank=event.rank, error_type=event.type_name, worker_traceback=event.traceback)
     error.__cause__ = event.exception
     return error
@@ -89,6 +90,7 @@ class Controller:
 
     # -- run -------------------------------------------------------------------------------------
     def run(self) -> Result:
+        logger.setLevel(self.run_config.logging_config.log_level)
         storage = self.storage
         storage.preflight()  # an unusable storage path fails here, before any worker exists
         lock = RunLock(storage)
@@ -283,8 +285,8 @@ class Controller:
             if isinstance(exc, TrainingFailedError):
                 outcome.error = exc
             else:
-                outcome.error = TrainingFailedError(f"attempt {self.state.attempt} failed in the driver: "
-                                                    f"{type(exc).__name__}: {exc}", error_type=type(exc).__qualname__)
+                outcome.error = ControllerError(f"attempt {self.state.attempt} failed in the driver: "
+                                                f"{type(exc).__name__}: {exc}", exc, error_type=type(exc).__qualname__)
                 outcome.error.__cause__ = exc
         finally:
             if group is not None:
@@ -319,13 +321,13 @@ class Controller:
                 try:
                     events = ray.get(ref)
                 except ray.exceptions.RayActorError as exc:
-                    outcome.error = TrainingFailedError(
+                    outcome.error = WorkerGroupError(
                         f"rank {rank} died: its worker process exited unexpectedly ({type(exc).__name__})",
-                        rank=rank, error_type="WorkerDied")
+                        {rank: exc}, rank=rank, error_type="WorkerDied")
                     break
                 except ray.exceptions.RayError as exc:  # e.g. an event that cannot be unpickled here
-                    outcome.error = TrainingFailedError(f"rank {rank}: its events could not be received: {exc}",
-                                                        rank=rank, error_type=type(exc).__name__)
+                    outcome.error = WorkerGroupError(f"rank {rank}: its events could not be received: {exc}",
+                                                     {rank: exc}, rank=rank, error_type=type(exc).__name__)
                     break
                 last_seen[rank] = now
                 for event in events:
@@ -344,9 +346,10 @@ class Controller:
                     poll(rank)
             hung = sorted(r for r in running if now - last_seen[r] > timeout_s)
             if hung and outcome.error is None:
-                outcome.error = TrainingFailedError(
-                    f"rank(s) {hung} stopped responding for more than {timeout_s:g} s "
-                    "(FailureConfig.worker_timeout_s)", rank=hung[0], error_type="WorkerHung")
+                message = (f"rank(s) {hung} stopped responding for more than {timeout_s:g} s "
+                           "(FailureConfig.worker_timeout_s)")
+                outcome.error = WorkerGroupError(message, {r: TimeoutError(message) for r in hung},
+                                                 rank=hung[0], error_type="WorkerHung")
             if can_grow and running and now >= next_check and outcome.error is None:
                 from trainkit._internal.elastic import workers_that_fit
 
