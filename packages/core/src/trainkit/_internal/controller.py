@@ -18,6 +18,7 @@ from trainkit._internal import faults
 from trainkit._internal.lock import RunLock
 from trainkit._internal.retry import StorageError
 from trainkit._internal.plugins import get_plugins
+from trainkit._internal.reservation import check_enclosing_reservation
 from trainkit._internal.run_state import CheckpointRecord, RunState, start_profile
 from trainkit._internal.session import SALVAGE_S, Session, TrainContext, set_session
 from trainkit._internal.storage import FileEntry, RunStorage
@@ -96,14 +97,15 @@ class Controller:
         lock = RunLock(storage)
         lock.acquire()
         try:
-            self._prepare_state()
-            self._first_attempt = self.state.attempt
             if not self.scaling.local_mode:
                 from trainkit._internal.ray_runtime import ensure_ray
 
                 begin = time.monotonic()
                 ensure_ray()
                 self._ray_start_s = time.monotonic() - begin
+                check_enclosing_reservation(self.scaling.min_workers, self.scaling.worker_resources)
+            self._prepare_state()
+            self._first_attempt = self.state.attempt
             return self._run_attempts()
         finally:
             lock.release()
