@@ -452,8 +452,9 @@ class Controller:
             if len(names) > 1:
                 raise ValueError(f"report {index}: ranks passed different checkpoint_dir_name values {sorted(names)}")
             files: dict[str, FileEntry] = {}
+            with_files.sort(key=lambda r: r.rank)
             differing: dict[str, list[int]] = {}  # file -> ranks whose copy differs from the lowest rank's
-            for r in sorted(with_files, key=lambda r: r.rank):
+            for r in with_files:
                 for e in r.files:
                     if e.path in files and files[e.path].sha256 != e.sha256:
                         differing.setdefault(e.path, []).append(r.rank)
