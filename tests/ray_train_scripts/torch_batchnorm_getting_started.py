@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import ray.train
 import ray.train.torch
-from ray.train import Checkpoint, RunConfig, ScalingConfig
+from ray.train import Checkpoint, CheckpointConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
 
@@ -43,7 +43,7 @@ def train_func(config):
             torch.save(model.module.state_dict(), os.path.join(temp_checkpoint_dir, "model.pt"))
             ray.train.report(metrics, checkpoint=Checkpoint.from_directory(temp_checkpoint_dir))
     reported = ray.train.get_all_reported_checkpoints()
-    assert [r.metrics["epoch"] for r in reported] == list(range(config["epochs"])), reported
+    assert [r.metrics["epoch"] for r in reported] == list(range(config["epochs"]))[-2:], reported  # num_to_keep
 
 
 if __name__ == "__main__":
@@ -51,7 +51,7 @@ if __name__ == "__main__":
         train_func,
         train_loop_config={"epochs": 3},
         scaling_config=ScalingConfig(num_workers=2),
-        run_config=RunConfig(name="torch_batchnorm-trial_id=abc"),
+        run_config=RunConfig(name="torch_batchnorm-trial_id=abc", checkpoint_config=CheckpointConfig(num_to_keep=2)),
     )
     try:
         result = trainer.fit()

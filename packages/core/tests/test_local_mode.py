@@ -35,7 +35,7 @@ def test_local_mode_runs_in_process_without_ray(tmp_path):
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["metrics"]["pid"] == summary["driver_pid"] and summary["metrics"]["step"] == 2
     assert summary["ray"] is False
-    assert summary["return_value"] == 3
+    assert summary["return_value"] == 1  # get_all_reported_checkpoints: the one num_to_keep=1 kept, as in Ray
     assert sorted(os.listdir(tmp_path / "local")) == ["checkpoint_000002", "metrics.jsonl", "run_state.json",
                                                       "run_state.json.prev"]
 

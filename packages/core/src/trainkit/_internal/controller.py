@@ -490,11 +490,12 @@ class Controller:
             faults.point("before_retention", index=index)
             for record in dropped:
                 storage.delete_dir(storage.path(record.name))
+            removed = [record.index for record in dropped]
             if self._local_session is not None:
-                self._local_session.on_committed(index, checkpoint, metrics)
+                self._local_session.on_committed(index, checkpoint, metrics, removed)
             else:
                 for rank in range(self._world_size):
-                    self._acks.setdefault(rank, []).append((index, checkpoint, metrics))
+                    self._acks.setdefault(rank, []).append((index, checkpoint, metrics, removed))
         all_metrics = [reports[r].metrics for r in sorted(reports)]
         self.display.report(index, metrics, name)
         self.plugins.hook.trainkit_after_report(run_name=storage.name, index=index, metrics=metrics,

@@ -127,6 +127,7 @@ class Session:
         self._pending: list[Future] = []
         self._committed: dict[int, tuple[Checkpoint, dict]] = {}
         self._reported_checkpoints: list[int] = []
+        self._removed: set[int] = set()  # committed, then deleted by CheckpointConfig(num_to_keep)
         self._validated_reports: set[int] = set()  # report indices whose checkpoint has a validation
         self._commit_cond = threading.Condition()
 
@@ -240,19 +241,21 @@ class Session:
             self._uploader.shutdown()
 
     # -- what the driver committed ---------------------------------------------------------------
-    def on_committed(self, index: int, checkpoint: Checkpoint, metrics: dict) -> None:
+    def on_committed(self, index: int, checkpoint: Checkpoint, metrics: dict, removed: list[int]) -> None:
+        """Report ``index`` committed ``checkpoint``; retention then deleted the reports ``removed``."""
         with self._commit_cond:
             self._committed[index] = (checkpoint, metrics)
+            self._removed.update(removed)
             self._commit_cond.notify_all()
 
     def all_reported_checkpoints(self, timeout_s: float | None = None) -> list[ReportedCheckpoint]:
-        """Checkpoints committed so far, once the driver has committed every one this rank reported."""
+        """Checkpoints committed and still kept, once the driver has committed every one this rank reported."""
         with self._commit_cond:
             self._commit_cond.wait_for(
                 lambda: all(i in self._committed for i in self._reported_checkpoints), timeout_s)
             return [ReportedCheckpoint(*self._committed[i], ReportedCheckpointStatus.PENDING_VALIDATION
                                        if i in self._validated_reports else ReportedCheckpointStatus.COMMITTED)
-                    for i in sorted(self._committed)]
+                    for i in sorted(self._committed) if i not in self._removed]
 
 
 _session: Session | None = None

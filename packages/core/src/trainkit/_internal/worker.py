@@ -165,11 +165,11 @@ class Worker:
         threading.Thread(target=run, name=f"trainkit-train-rank{rank}", daemon=True).start()
         return self._import_s
 
-    def poll(self, timeout: float, committed: list[tuple[int, Checkpoint, dict]]) -> list[Any]:
+    def poll(self, timeout: float, committed: list[tuple[int, Checkpoint, dict, list[int]]]) -> list[Any]:
         """Wait up to ``timeout`` s for events and return all that are ready."""
         if self._session is not None:
-            for index, checkpoint, metrics in committed:
-                self._session.on_committed(index, checkpoint, metrics)
+            for ack in committed:
+                self._session.on_committed(*ack)
         try:
             events = [self._events.get(timeout=timeout)]
         except queue.Empty:
