@@ -164,7 +164,8 @@ def test_sharded_strategies_on_gpus(ray_cluster, run_config, strategy):
 
         trainer = pl.Trainer(max_epochs=2, accelerator="gpu", devices="auto", logger=False, limit_train_batches=4,
                              limit_val_batches=2, strategy=getattr(tkl, strategy)(),
-                             plugins=[tkl.LightningEnvironment()], callbacks=[tkl.ReportCallback()])
+                             plugins=[tkl.LightningEnvironment()], callbacks=[tkl.ReportCallback()],
+                             enable_checkpointing=False)
         with tkl.resume_path() as ckpt_path:
             tkl.prepare_trainer(trainer).fit(BoringModel(), ckpt_path=ckpt_path)
 
