@@ -61,7 +61,7 @@ def train_fn(config: dict) -> None:
     trainer = pl.Trainer(
         max_epochs=config["epochs"], accelerator="cpu", devices="auto",
         strategy=tkl.DDPStrategy(), plugins=[tkl.LightningEnvironment()], callbacks=[tkl.ReportCallback()],
-        enable_progress_bar=False, enable_model_summary=False, logger=False)
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, logger=False)
     trainer = tkl.prepare_trainer(trainer)
     with tkl.resume_path() as ckpt_path:  # the last committed checkpoint, or None
         trainer.fit(Classifier(config["lr"]), datamodule=DigitsData(), ckpt_path=ckpt_path)

@@ -29,9 +29,9 @@ def checkpoint_vanishes_on_rank_one(config):
             caught.append(f"{type(exc).__name__} at step {step}")
         shutil.rmtree(tmp, ignore_errors=True)
     begin = time.monotonic()
-    committed = trainkit.get_all_reported_checkpoints(timeout=30)
+    committed = trainkit.get_all_reported_checkpoints(timeout_s=30)
     with open(os.path.join(config["out"], f"rank{rank}.json"), "w") as f:
-        json.dump({"caught": caught, "committed": [c.path.rsplit("/", 1)[1] for c, _ in committed],
+        json.dump({"caught": caught, "committed": [c.checkpoint.path.rsplit("/", 1)[1] for c in committed],
                    "waited_s": time.monotonic() - begin}, f)
 
 

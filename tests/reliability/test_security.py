@@ -28,7 +28,7 @@ def test_s1_invalid_configs_rejected_at_construction(figure):
 
 
 def test_s2_bad_metrics_rejected_at_report_with_key_path(run_config, figure):
-    cases = [{"a": {1, 2}}, {"b": b"raw"}, {"c": object()}, {"nested": {"d": [0, {1}]}}, {"api_key": "sk-1"},
+    cases = [{"a": {1, 2}}, {"b": b"raw"}, {"c": object()}, {"nested": {"d": [0, {1}]}},
              {"big": "x" * (2 << 20)}]
     messages = []
 

@@ -1,5 +1,6 @@
 import pytest
 
+import trainkit
 from trainkit import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 
 
@@ -79,6 +80,11 @@ def test_run_names_that_would_escape_are_rejected(name):
         RunConfig(name=name)
 
 
+@pytest.mark.parametrize("name", ["train-trial_id=abc", "trial_lr=0.1,bs=32", "run.v2"])
+def test_ray_tune_run_names_are_accepted(name):
+    assert RunConfig(name=name).name == name
+
+
 def test_failure_and_checkpoint_config_validation():
     assert FailureConfig(max_failures=-1).max_failures == -1
     for bad in (-2, 1.5, True, "3"):
@@ -96,3 +102,28 @@ def test_failure_and_checkpoint_config_validation():
         RunConfig(failure_config={"max_failures": 1})
     with pytest.raises(ValueError, match="verbose"):
         RunConfig(verbose=5)
+
+
+def test_ray_train_run_config_fields():
+    config = RunConfig(logging_config=trainkit.LoggingConfig(log_level="debug"), sync_config=trainkit.SyncConfig())
+    assert config.logging_config.log_level == "DEBUG"
+    with pytest.raises(ValueError, match="log_level='loud'.*DEBUG, INFO"):
+        trainkit.LoggingConfig(log_level="loud")
+    with pytest.raises(ValueError, match="sync_config"):
+        RunConfig(sync_config={"sync_period": 1})
+
+
+@pytest.mark.parametrize("field, value", [("max_preemption_failures", 3), ("relax_collectives_on_preemption", True),
+                                          ("preemption_grace_s", 5.0)])
+def test_ray_train_preemption_settings_are_refused_naming_max_failures(field, value):
+    with pytest.raises(ValueError, match=f"{field}=.*max_failures"):
+        FailureConfig(**{field: value})
+
+
+def test_get_preemption_info_refuses_naming_max_failures(tmp_path):
+    def train_fn():
+        trainkit.get_preemption_info()
+
+    with pytest.raises(trainkit.WorkerGroupError, match="max_failures"):
+        trainkit.DataParallelTrainer(train_fn, scaling_config=ScalingConfig(num_workers=0),
+                                     run_config=RunConfig(storage_path=str(tmp_path), verbose=0)).fit()

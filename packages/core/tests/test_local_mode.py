@@ -20,7 +20,7 @@ def test_local_mode_runs_in_process_without_ray(tmp_path):
                     open(os.path.join(tmp, "w.txt"), "w").write(str(step))
                     trainkit.report({{"step": step, "pid": os.getpid()}},
                                     checkpoint=trainkit.Checkpoint.from_directory(tmp))
-            committed = trainkit.get_all_reported_checkpoints(timeout=5)
+            committed = trainkit.get_all_reported_checkpoints(timeout_s=5)
             return len(committed)
 
         result = trainkit.DataParallelTrainer(
@@ -35,7 +35,7 @@ def test_local_mode_runs_in_process_without_ray(tmp_path):
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["metrics"]["pid"] == summary["driver_pid"] and summary["metrics"]["step"] == 2
     assert summary["ray"] is False
-    assert summary["return_value"] == 3
+    assert summary["return_value"] == 1  # get_all_reported_checkpoints: the one num_to_keep=1 kept, as in Ray
     assert sorted(os.listdir(tmp_path / "local")) == ["checkpoint_000002", "metrics.jsonl", "run_state.json",
                                                       "run_state.json.prev"]
 
@@ -63,3 +63,23 @@ def test_a_report_that_returned_before_an_error_still_commits(tmp_path, run_conf
         scaling_config=trainkit.ScalingConfig(num_workers=0),
         run_config=run_config(failure_config=trainkit.FailureConfig(max_failures=1))).fit()
     assert result.metrics == {"resumed_at": 1}
+
+
+def test_ray_tune_style_run_name_and_token_metrics_are_accepted(tmp_path):
+    """A Tune trial's name (``=``) is a run name; ``tokens_per_second`` is a metric, not a secret;
+    a reported secret setting is stored masked."""
+    import trainkit
+
+    def train_fn():
+        trainkit.report({"tokens_per_second": 1200.0, "num_input_tokens_seen": 4096,
+                         "args": {"hub_token": "hf_canary", "learning_rate": 0.1}})
+
+    result = trainkit.DataParallelTrainer(
+        train_fn, scaling_config=trainkit.ScalingConfig(num_workers=0),
+        run_config=trainkit.RunConfig(name="train-trial_id=abc", storage_path=str(tmp_path), verbose=0)).fit()
+    assert result.path.endswith("train-trial_id=abc")
+    assert result.metrics == {"tokens_per_second": 1200.0, "num_input_tokens_seen": 4096,
+                              "args": {"hub_token": "***", "learning_rate": 0.1}}
+    stored = "".join(open(os.path.join(d, f), errors="replace").read()
+                     for d, _, files in os.walk(tmp_path) for f in files)
+    assert "hf_canary" not in stored

@@ -155,3 +155,27 @@ def test_a_checkpoint_whose_report_returned_before_an_exception_is_kept(ray_clus
     lines = [json.loads(line) for line in open(os.path.join(result.path, "metrics.jsonl"))]
     # the step-0 checkpoint committed although both ranks raised the moment report() returned
     assert [(line["metrics"]["step"], line["attempt"]) for line in lines] == [(0, 0), (1, 1), (2, 1)]
+
+
+class FailingCallback(trainkit.UserCallback):
+    def after_report(self, run_context, metrics, checkpoint):
+        raise KeyError("callback bug")
+
+
+def test_ray_train_error_names_tell_worker_from_driver_failures(ray_cluster, run_config):
+    """Ray Train's ``except WorkerGroupError`` / ``except ControllerError`` work unchanged."""
+    def fails_on_rank_1():
+        if trainkit.get_context().get_world_rank() == 1:
+            raise ValueError("bad batch")
+        trainkit.report({"ok": 1})
+
+    with pytest.raises(trainkit.WorkerGroupError) as worker_error:
+        DataParallelTrainer(fails_on_rank_1, scaling_config=TWO, run_config=run_config()).fit()
+    assert list(worker_error.value.worker_failures) == [1]
+    assert isinstance(worker_error.value.worker_failures[1], ValueError)
+
+    with pytest.raises(trainkit.ControllerError) as controller_error:
+        DataParallelTrainer(lambda: trainkit.report({"x": 1}), scaling_config=ScalingConfig(num_workers=1),
+                            run_config=run_config(callbacks=[FailingCallback()])).fit()
+    assert isinstance(controller_error.value.controller_failure, KeyError)
+    assert isinstance(controller_error.value, trainkit.TrainingFailedError)

@@ -104,3 +104,17 @@ def test_trial_resources_reserves_the_trial_and_each_worker():
 def test_report_callback_outside_a_trial_says_where_it_belongs():
     with pytest.raises(RuntimeError, match="create it inside the function that Tune runs"):
         TuneReportCallback()
+
+
+def test_trial_that_reserved_nothing_for_its_workers_fails_at_once_naming_the_fix(ray_cluster, tmp_path):
+    """The trial takes every CPU for itself (``with_resources(trial, {"cpu": 4})``): its trainer's
+    workers could never be placed. It fails on the first try instead of after placement timeouts."""
+    tuner = tune.Tuner(tune.with_resources(make_trial(str(tmp_path / "runs")), {"cpu": 4}),
+                       param_space={"x": 1},
+                       run_config=tune.RunConfig(name="unreserved", storage_path=str(tmp_path / "tune"), verbose=0))
+    begin = time.monotonic()
+    results = tuner.fit()
+    assert results.num_errors == 1
+    message = str(results[0].error)
+    assert "trainkit.tune.trial_resources(scaling_config)" in message and "holds no bundles for its 2 workers" in message
+    assert time.monotonic() - begin < 60  # not a placement timeout (60 s) or a retry of one

@@ -35,17 +35,16 @@ def modes_fn():
         return Checkpoint(destination)
 
     trainkit.report({"i": 3}, checkpoint=Checkpoint.from_directory(make_checkpoint(9)), checkpoint_upload_fn=my_upload)
-    committed = trainkit.get_all_reported_checkpoints(timeout=10)
+    committed = trainkit.get_all_reported_checkpoints(timeout_s=10)
     return {"sync_kept": os.path.exists(sync_dir), "async_deleted": not os.path.exists(async_dir),
-            "committed": [(os.path.basename(c.path), m["i"]) for c, m in committed]}
+            "committed": [(os.path.basename(r.checkpoint.path), r.metrics["i"], r.status.value) for r in committed]}
 
 
 def test_upload_modes(run_config):
     result = DataParallelTrainer(modes_fn, scaling_config=LOCAL, run_config=run_config()).fit()
     value = result.return_value
     assert value["sync_kept"] and value["async_deleted"]  # ASYNC deletes the local copy by default
-    assert value["committed"] == [("checkpoint_000000", 0), ("checkpoint_000001", 1), ("checkpoint_000002", 2),
-                                  ("checkpoint_000003", 3)]
+    assert value["committed"] == [(f"checkpoint_00000{i}", i, "COMMITTED") for i in range(4)]
     for checkpoint, metrics in result.best_checkpoints:
         checkpoint.verify()
         assert open(os.path.join(checkpoint.path, "step")).read() == str(metrics["i"])
@@ -55,7 +54,7 @@ def test_upload_modes(run_config):
 def async_failure_fn():
     trainkit.report({"i": 0}, checkpoint=Checkpoint.from_directory("/nonexistent/dir"),
                     checkpoint_upload_mode=CheckpointUploadMode.ASYNC)
-    trainkit.get_all_reported_checkpoints(timeout=1)
+    trainkit.get_all_reported_checkpoints(timeout_s=1)
     trainkit.report({"i": 1})  # the failed background upload surfaces here, in the training thread
 
 

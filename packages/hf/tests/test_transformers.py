@@ -67,8 +67,9 @@ def checkpoint_files(checkpoint):
 
 
 def test_trainer_splits_the_data_and_reports_logs_and_checkpoints(ray_cluster, run_config, tmp_path):
-    result = fit(run_config, tmp_path)
+    result = fit(run_config, tmp_path, args={"include_num_input_tokens_seen": True})
     lines = logged(result)
+    assert lines[-2]["metrics"]["num_input_tokens_seen"] > 0  # a metric, not a credential
     saves = [line for line in lines if line["checkpoint"]]
     # 64 rows / 2 ranks / batches of 8 = 4 steps per epoch (a single process would take 8)
     assert [line["metrics"]["step"] for line in saves] == [4, 8]

@@ -98,3 +98,25 @@ def test_bad_settings_name_the_field():
         ReportCallback(frequency=1.5)
     with pytest.raises(TypeError, match="lightgbm_config must be a LightGBMConfig"):
         LightGBMTrainer(train_fn, lightgbm_config={})
+
+
+def test_ray_data_style_arrow_frame_trains_after_normalizing(run_config):
+    """Ray's LightGBM guide: an Arrow-backed frame (``Dataset.to_pandas()``) goes through
+    ``normalize_pandas_for_lightgbm`` into ``lightgbm.Dataset``; the model file is ``CHECKPOINT_NAME``."""
+    import pandas as pd
+
+    from trainkit_lightgbm import normalize_pandas_for_lightgbm
+
+    frame = pd.DataFrame({"a": X[:, 0], "b": (X[:, 1] * 10).astype("int64"), "flag": X[:, 2] > X[:, 2].mean(),
+                          "y": Y}).convert_dtypes(dtype_backend="pyarrow")
+
+    def fn():
+        data = normalize_pandas_for_lightgbm(frame)
+        assert [str(t) for t in data.dtypes] == ["Float64", "Int64", "boolean", "Int64"]
+        train = lightgbm.Dataset(data.drop(columns="y"), label=data["y"])
+        lightgbm.train({**PARAMS, "tree_learner": "serial"}, train, num_boost_round=3, valid_sets=[train],
+                       valid_names=["train"], callbacks=[ReportCallback()])
+
+    result = LightGBMTrainer(fn, scaling_config=ScalingConfig(num_workers=0), run_config=run_config()).fit()
+    assert ReportCallback.CHECKPOINT_NAME in os.listdir(result.checkpoint.path)
+    assert ReportCallback.get_model(result.checkpoint).current_iteration() == 3

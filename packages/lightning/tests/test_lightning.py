@@ -45,7 +45,9 @@ def train_fn(config):
                     and self.global_rank == 1:
                 os.kill(os.getpid(), signal.SIGKILL)
 
-        def on_train_epoch_end(self):
+        def on_train_batch_end(self, outputs, batch, batch_idx):
+            if batch_idx + 1 < self.trainer.num_training_batches:
+                return  # ReportCallback reports at on_train_epoch_end, before this module's own
             weights = torch.cat([p.detach().flatten() for p in self.parameters()])
             gathered = self.all_gather(weights)
             self.log("replicas_equal", float(torch.allclose(gathered[0], gathered[1])), rank_zero_only=True)
@@ -60,7 +62,7 @@ def train_fn(config):
     data = DataLoader(TensorDataset(x, (x[:, 0] > 0).long()), batch_size=8, shuffle=True)
     trainer = pl.Trainer(max_epochs=config["epochs"], accelerator="cpu", devices="auto",
                          strategy=tkl.DDPStrategy(), plugins=[tkl.LightningEnvironment()],
-                         callbacks=[tkl.ReportCallback()], logger=False,
+                         callbacks=[tkl.ReportCallback()], logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False)
     assert isinstance(trainer.strategy, pl.strategies.DDPStrategy)
     tkl.prepare_trainer(trainer)
@@ -134,6 +136,7 @@ def test_classes_follow_the_import_name_in_use(namespace):
             "assert issubclass(built, pl.strategies.DeepSpeedStrategy) and issubclass(built, tkl.DeepSpeedStrategy)\n"
             "assert isinstance(tkl.LightningEnvironment(), pl.plugins.environments.ClusterEnvironment)\n"
             "assert isinstance(tkl.ReportCallback(every_n_epochs=2), pl.Callback)\n"
+            "assert not isinstance(tkl.ReportCallback(), pl.callbacks.Checkpoint)  # enable_checkpointing=False works\n"
             "explicit = tkl.classes_for(other).DDPStrategy()\n"
             "assert isinstance(explicit, tkl.DDPStrategy) and not isinstance(explicit, pl.strategies.DDPStrategy)\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
@@ -161,10 +164,53 @@ def test_sharded_strategies_on_gpus(ray_cluster, run_config, strategy):
 
         trainer = pl.Trainer(max_epochs=2, accelerator="gpu", devices="auto", logger=False, limit_train_batches=4,
                              limit_val_batches=2, strategy=getattr(tkl, strategy)(),
-                             plugins=[tkl.LightningEnvironment()], callbacks=[tkl.ReportCallback()])
+                             plugins=[tkl.LightningEnvironment()], callbacks=[tkl.ReportCallback()],
+                             enable_checkpointing=False)
         with tkl.resume_path() as ckpt_path:
             tkl.prepare_trainer(trainer).fit(BoringModel(), ckpt_path=ckpt_path)
 
     result = TorchTrainer(sharded_fn, scaling_config=ScalingConfig(num_workers=2, use_gpu=True),
                           run_config=run_config()).fit()
     assert result.metrics["epoch"] == 1 and result.checkpoint is not None
+
+
+def getting_started_fn():
+    """Ray Train's Lightning getting-started: Lightning's (rich) progress bar on, Lightning's own
+    checkpointing off, ReportCallback reporting every epoch. The progress bar is listed first, so on
+    rank 0 it reads (and syncs) the epoch's metrics before the report does."""
+    import lightning.pytorch as pl
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import trainkit_lightning as tkl
+
+    class Model(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 2)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = torch.nn.functional.cross_entropy(self.layer(x), y)
+            self.log("loss", loss, on_epoch=True, prog_bar=True, sync_dist=True)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    x = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
+    data = DataLoader(TensorDataset(x, (x[:, 0] > 0).long()), batch_size=8)
+    trainer = pl.Trainer(max_epochs=2, devices="auto", accelerator="auto", strategy=tkl.DDPStrategy(),
+                         plugins=[tkl.LightningEnvironment()], callbacks=[pl.callbacks.RichProgressBar(), tkl.ReportCallback()],
+                         enable_checkpointing=False, logger=False)
+    assert type(trainer.progress_bar_callback).__name__ == "RichProgressBar"
+    trainer = tkl.prepare_trainer(trainer)
+    trainer.fit(Model(), train_dataloaders=data)
+
+
+def test_getting_started_with_progress_bar_and_checkpointing_disabled(ray_cluster, run_config):
+    result = TorchTrainer(getting_started_fn, scaling_config=ScalingConfig(num_workers=2),
+                          run_config=run_config(failure_config=FailureConfig(worker_timeout_s=30))).fit()
+    assert [line["metrics"]["epoch"] for line in logged(result)] == [0, 1]
+    assert "loss" in result.metrics and sorted(os.listdir(result.checkpoint.path)) == [".manifest.json",
+                                                                                       "checkpoint.ckpt"]

@@ -103,3 +103,40 @@ def test_fsdp_on_gpus(ray_cluster, run_config):
 
     result = TorchTrainer(fn, scaling_config=ScalingConfig(num_workers=2, use_gpu=True), run_config=run_config()).fit()
     assert result.metrics == {"wrapped": "FullyShardedDataParallel", "backend": "nccl"}
+
+
+def batchnorm_fn(config):
+    """Ray's PyTorch getting-started: every rank saves ``model.pt``; BatchNorm's running stats differ
+    per rank (DDP syncs gradients, not buffers)."""
+    import os
+    import tempfile
+
+    from torch.utils.data import DataLoader, TensorDataset
+
+    rank = trainkit.get_context().get_world_rank()
+    torch.manual_seed(0)
+    model = prepare_model(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 1)))
+    x = torch.randn(32, 4) + rank  # each rank's shard has its own mean
+    loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for epoch in range(2):
+        for xb, yb in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(xb), yb).backward()
+            optimizer.step()
+        with tempfile.TemporaryDirectory() as tmp:
+            torch.save(model.module.state_dict(), os.path.join(tmp, "model.pt"))
+            trainkit.report({"epoch": epoch, "rank0_mean": model.module[1].running_mean.tolist()},
+                            checkpoint=trainkit.Checkpoint.from_directory(tmp))
+
+
+def test_every_rank_saving_rank_dependent_buffers_keeps_rank_0s_copy(ray_cluster, run_config, caplog):
+    from trainkit_torch import load_checkpoint
+
+    with caplog.at_level("WARNING", logger="trainkit"):
+        result = TorchTrainer(batchnorm_fn, scaling_config=ScalingConfig(num_workers=2), run_config=run_config()).fit()
+    assert result.error is None and result.metrics["epoch"] == 1
+    state = load_checkpoint(result.checkpoint, "model.pt")  # the manifest matches the stored bytes
+    assert state["1.running_mean"].tolist() == pytest.approx(result.metrics["rank0_mean"])
+    warnings = [r.getMessage() for r in caplog.records if "different contents" in r.getMessage()]
+    assert len(warnings) == 1 and "'model.pt'" in warnings[0] and "[1]" in warnings[0]

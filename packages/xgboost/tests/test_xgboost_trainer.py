@@ -89,6 +89,8 @@ def test_local_mode_trains_alone(run_config):
     result = XGBoostTrainer(train_fn, train_loop_config={"rounds": 3, "frequency": 0},
                             scaling_config=ScalingConfig(num_workers=0), run_config=run_config()).fit()
     assert ReportCallback.get_model(result.checkpoint).num_boosted_rounds() == 3
+    # Ray Train's idiom: the model file by the callback's CHECKPOINT_NAME
+    assert os.path.isfile(os.path.join(result.checkpoint.path, ReportCallback.CHECKPOINT_NAME))
 
 
 def test_bad_settings_name_the_field():

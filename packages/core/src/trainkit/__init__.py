@@ -14,16 +14,24 @@ Example::
 
 from trainkit._internal.lock import RunLockedError
 from trainkit._internal.retry import StorageError
-from trainkit._internal.session import CheckpointUploadMode, TrainContext
+from trainkit._internal.session import CheckpointConsistencyMode, CheckpointUploadMode, TrainContext
 from trainkit._internal.storage import CheckpointCorruptError
 from trainkit.backend import Backend, BackendConfig
 from trainkit.callbacks import RunContext, UserCallback
-from trainkit.checkpoint import Checkpoint, CheckpointIO
-from trainkit.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from trainkit.checkpoint import Checkpoint, CheckpointIO, ReportedCheckpoint, ReportedCheckpointStatus
+from trainkit.config import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig, SyncConfig
 from trainkit.data import DataConfig
-from trainkit.context import get_all_reported_checkpoints, get_checkpoint, get_context, get_dataset_shard, report, shard
+from trainkit.context import (
+    get_all_reported_checkpoints,
+    get_checkpoint,
+    get_context,
+    get_dataset_shard,
+    get_preemption_info,
+    report,
+    shard,
+)
 from trainkit.hookspecs import hookimpl, hookspec
-from trainkit.result import Result, TrainingFailedError
+from trainkit.result import ControllerError, PreemptionError, Result, TrainingFailedError, WorkerGroupError
 from trainkit.trainer import DataParallelTrainer, Trainer
 from trainkit.validation import ValidationConfig, ValidationTaskConfig
 from trainkit import collective  # noqa: E402 - after the names it uses
@@ -35,29 +43,38 @@ __all__ = [
     "BackendConfig",
     "Checkpoint",
     "CheckpointConfig",
+    "CheckpointConsistencyMode",
     "CheckpointCorruptError",
     "CheckpointIO",
     "CheckpointUploadMode",
+    "ControllerError",
     "DataConfig",
     "DataParallelTrainer",
     "FailureConfig",
+    "LoggingConfig",
+    "PreemptionError",
+    "ReportedCheckpoint",
+    "ReportedCheckpointStatus",
     "Result",
     "RunConfig",
     "RunContext",
     "RunLockedError",
     "ScalingConfig",
     "StorageError",
+    "SyncConfig",
     "TrainContext",
     "Trainer",
     "TrainingFailedError",
     "UserCallback",
     "ValidationConfig",
     "ValidationTaskConfig",
+    "WorkerGroupError",
     "collective",
     "get_all_reported_checkpoints",
     "get_checkpoint",
     "get_context",
     "get_dataset_shard",
+    "get_preemption_info",
     "hookimpl",
     "hookspec",
     "report",

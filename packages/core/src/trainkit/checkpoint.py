@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import os
 import posixpath
 import shutil
 import tempfile
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
 from trainkit._internal import storage
@@ -15,7 +17,7 @@ from trainkit._internal import storage
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
-__all__ = ["Checkpoint", "CheckpointIO", "resume_file"]
+__all__ = ["Checkpoint", "CheckpointIO", "ReportedCheckpoint", "ReportedCheckpointStatus", "resume_file"]
 
 
 class Checkpoint:
@@ -202,3 +204,28 @@ def resume_file(name: str, written_by: str, checkpoint: Checkpoint | None = None
         if not os.path.exists(path):
             raise FileNotFoundError(f"checkpoint {checkpoint.path} holds no {name}: it was not written by {written_by}")
         yield path
+
+
+class ReportedCheckpointStatus(enum.Enum):
+    """Where a reported checkpoint stands (Ray Train's names; trainkit's workers see the first two)."""
+
+    COMMITTED = "COMMITTED"
+    PENDING_VALIDATION = "PENDING_VALIDATION"
+    VALIDATED = "VALIDATED"
+    VALIDATION_TIMEOUT = "VALIDATION_TIMEOUT"
+    VALIDATION_FAILED = "VALIDATION_FAILED"
+
+
+@dataclass
+class ReportedCheckpoint:
+    """A committed checkpoint with the metrics reported with it, from ``get_all_reported_checkpoints()``.
+
+    Example::
+
+        for reported in trainkit.get_all_reported_checkpoints():
+            print(reported.checkpoint.path, reported.metrics["loss"], reported.status)
+    """
+
+    checkpoint: Checkpoint
+    metrics: dict[str, Any]
+    status: ReportedCheckpointStatus = ReportedCheckpointStatus.COMMITTED

@@ -14,7 +14,7 @@ from trainkit._internal import tpu
 from trainkit._internal.naming import validate_name
 from trainkit.callbacks import UserCallback
 
-__all__ = ["ScalingConfig", "RunConfig", "FailureConfig", "CheckpointConfig"]
+__all__ = ["ScalingConfig", "RunConfig", "FailureConfig", "CheckpointConfig", "LoggingConfig", "SyncConfig"]
 
 _PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 _MAX_WORKERS = 100_000
@@ -219,11 +219,18 @@ class FailureConfig:
             ``None`` turns it off. The default, an hour, is meant never to trip a real job: lower
             it to catch hangs sooner, raise it when a rank can go longer between reports (e.g.
             one report per epoch of more than an hour).
+
+    Ray Train's preemption settings (``max_preemption_failures``, ``relax_collectives_on_preemption``,
+    ``preemption_grace_s``) are refused: a drained node or a SIGTERM'd worker is a failure here,
+    counted in ``max_failures``.
     """
 
     max_failures: int = 0
     worker_timeout_s: float = 60.0
     progress_timeout_s: float | None = 3600.0
+    max_preemption_failures: None = None
+    relax_collectives_on_preemption: None = None
+    preemption_grace_s: None = None
 
     def __post_init__(self) -> None:
         _check_int("max_failures", self.max_failures, minimum=-1)
@@ -234,6 +241,10 @@ class FailureConfig:
             except ValueError:
                 raise _bad("progress_timeout_s", self.progress_timeout_s,
                            "None (off) or a finite number of seconds > 0") from None
+        for name in ("max_preemption_failures", "relax_collectives_on_preemption", "preemption_grace_s"):
+            if getattr(self, name) is not None:
+                raise _bad(name, getattr(self, name), "not set: trainkit counts a preemption (node drain, SIGTERM "
+                           "to a worker) as a failure; raise FailureConfig(max_failures=...) to survive it")
 
 
 @dataclass(frozen=True)
@@ -262,6 +273,35 @@ class CheckpointConfig:
             raise _bad("checkpoint_score_order", self.checkpoint_score_order, '"max" or "min"')
 
 
+@dataclass(frozen=True)
+class LoggingConfig:
+    """The level of trainkit's own log records (the ``trainkit`` logger) in the driver.
+
+    Example::
+
+        RunConfig(logging_config=LoggingConfig(log_level="DEBUG"))
+    """
+
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        levels = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+        if not isinstance(self.log_level, str) or self.log_level.upper() not in levels:
+            raise _bad("log_level", self.log_level, f"one of {', '.join(levels)}")
+        object.__setattr__(self, "log_level", self.log_level.upper())
+
+
+@dataclass(frozen=True)
+class SyncConfig:
+    """Accepted for Ray Train scripts and ignored: trainkit writes checkpoints and results straight
+    to ``storage_path``, so there is nothing to sync afterwards."""
+
+    sync_period: int = 300
+    sync_timeout: int = 1800
+    sync_artifacts: bool = False
+    sync_artifacts_on_checkpoint: bool = True
+
+
 _VERBOSITY = (0, 1, 2)
 
 
@@ -275,14 +315,16 @@ class RunConfig:
                   checkpoint_config=CheckpointConfig(num_to_keep=2))
 
     Attributes:
-        name: run name, the directory under ``storage_path``; letters, digits, ``.``, ``_``, ``-``.
-            Re-running with the same name resumes the run.
+        name: run name, the directory under ``storage_path``; letters, digits, ``.``, ``_``, ``-``,
+            ``=``, ``,`` (Tune's ``train-trial_id=abc``). Re-running with the same name resumes the run.
         storage_path: local path or URI (``s3://``, ``gs://``, ...); default ``~/trainkit_results``
             (or ``$TRAINKIT_STORAGE_PATH``).
         storage_filesystem: a ``pyarrow.fs.FileSystem`` to use for ``storage_path``.
         failure_config, checkpoint_config: see those classes.
         callbacks: ``trainkit.UserCallback`` objects called in the driver.
         verbose: 0 quiet, 1 progress line and summary (default; ``$TRAINKIT_VERBOSE``), 2 also every report.
+        logging_config: a ``LoggingConfig`` (level of trainkit's log records).
+        sync_config: a ``SyncConfig``, accepted and ignored (nothing to sync).
     """
 
     name: str | None = None
@@ -292,6 +334,8 @@ class RunConfig:
     checkpoint_config: CheckpointConfig = field(default_factory=CheckpointConfig)
     callbacks: Sequence[Any] = ()
     verbose: int | None = None
+    logging_config: LoggingConfig = field(default_factory=LoggingConfig)
+    sync_config: SyncConfig | None = None
 
     def __post_init__(self) -> None:
         if self.name is not None:
@@ -317,6 +361,12 @@ class RunConfig:
                 raise _bad("callbacks", callback, "trainkit.UserCallback objects (subclass it)")
         if self.verbose is not None and (isinstance(self.verbose, bool) or self.verbose not in _VERBOSITY):
             raise _bad("verbose", self.verbose, "0, 1 or 2")
+        if self.logging_config is None:
+            object.__setattr__(self, "logging_config", LoggingConfig())
+        if not isinstance(self.logging_config, LoggingConfig):
+            raise _bad("logging_config", self.logging_config, "a trainkit.LoggingConfig")
+        if self.sync_config is not None and not isinstance(self.sync_config, SyncConfig):
+            raise _bad("sync_config", self.sync_config, "None or a trainkit.SyncConfig")
 
     def __repr__(self) -> str:
         from trainkit._internal.redact import redact

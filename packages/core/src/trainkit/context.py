@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from trainkit._internal.session import CheckpointUploadMode, TrainContext, current_context, get_session
-from trainkit.checkpoint import Checkpoint
+from trainkit._internal.session import (
+    CheckpointConsistencyMode,
+    CheckpointUploadMode,
+    TrainContext,
+    current_context,
+    get_session,
+)
+from trainkit.checkpoint import Checkpoint, ReportedCheckpoint
 
-__all__ = ["report", "get_context", "get_checkpoint", "get_dataset_shard", "get_all_reported_checkpoints"]
+__all__ = ["report", "get_context", "get_checkpoint", "get_dataset_shard", "get_all_reported_checkpoints",
+           "get_preemption_info"]
 
 
 def report(
@@ -75,10 +82,30 @@ def get_dataset_shard(name: str = "train") -> Any:
     return datasets[name]
 
 
-def get_all_reported_checkpoints(timeout: float | None = None) -> list[tuple[Checkpoint, dict[str, Any]]]:
-    """``(checkpoint, metrics)`` of every checkpoint committed so far in this attempt, waiting until
-    all checkpoints this rank reported are committed."""
-    return get_session("get_all_reported_checkpoints").all_reported_checkpoints(timeout)
+def get_all_reported_checkpoints(
+    consistency_mode: CheckpointConsistencyMode = CheckpointConsistencyMode.VALIDATED,
+    timeout_s: float | None = None,
+) -> list[ReportedCheckpoint]:
+    """Every checkpoint committed so far in this attempt, as ``ReportedCheckpoint(checkpoint,
+    metrics, status)``, once all checkpoints this rank reported are committed (or ``timeout_s``
+    passed). Both modes wait for commits only; see ``CheckpointConsistencyMode``.
+
+    Example::
+
+        for reported in trainkit.get_all_reported_checkpoints():
+            print(reported.checkpoint.path, reported.metrics["loss"])
+    """
+    CheckpointConsistencyMode(consistency_mode)  # a bad value raises, naming it
+    return get_session("get_all_reported_checkpoints").all_reported_checkpoints(timeout_s)
+
+
+def get_preemption_info() -> None:
+    """Ray Train's preemption notice: not in trainkit, which treats a drained node or a SIGTERM'd
+    worker as a failure. Raises, naming what to use instead."""
+    raise NotImplementedError(
+        "trainkit.get_preemption_info() is not supported: trainkit counts a preemption (node drain, SIGTERM "
+        "to a worker) as a failure and restarts from the last committed checkpoint within "
+        "FailureConfig(max_failures=...); report checkpoints regularly and remove this call")
 
 
 def shard(data: Any, rank: int | None = None, world_size: int | None = None) -> Any:

@@ -12,7 +12,7 @@ from trainkit.checkpoint import Checkpoint
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
-__all__ = ["Result", "TrainingFailedError"]
+__all__ = ["ControllerError", "PreemptionError", "Result", "TrainingFailedError", "WorkerGroupError"]
 
 
 class TrainingFailedError(RuntimeError):
@@ -25,6 +25,38 @@ class TrainingFailedError(RuntimeError):
         self.rank = rank
         self.error_type = error_type
         self.worker_traceback = worker_traceback
+
+
+class WorkerGroupError(TrainingFailedError):
+    """A worker raised, died or stopped answering (Ray Train's name). ``worker_failures`` maps
+    each failed rank to its exception.
+
+    Example::
+
+        try:
+            trainer.fit()
+        except trainkit.WorkerGroupError as exc:
+            print(exc.worker_failures)        # {1: ValueError('bad batch')}
+    """
+
+    def __init__(self, message: str, worker_failures: dict[int, BaseException] | None = None, **details: Any):
+        super().__init__(message, **details)
+        self.worker_failures = dict(worker_failures or {})
+
+
+class ControllerError(TrainingFailedError):
+    """The driver failed (starting workers, storage, a callback), not a worker (Ray Train's name);
+    ``controller_failure`` is the original exception."""
+
+    def __init__(self, message: str, controller_failure: BaseException | None = None, **details: Any):
+        super().__init__(message, **details)
+        self.controller_failure = controller_failure
+
+
+class PreemptionError(TrainingFailedError):
+    """Ray Train's error for a run stopped by node preemption. trainkit never raises it: a drained
+    node or a SIGTERM'd worker is a failure, retried within ``FailureConfig.max_failures``
+    (catching ``TrainingFailedError`` covers both)."""
 
 
 @dataclass

@@ -19,6 +19,8 @@ from trainkit_lightgbm.backend import get_network_params
 from trainkit_lightgbm.callback import ReportCallback
 from trainkit_lightgbm.checkpoint import LightGBMCheckpointIO
 from trainkit_lightgbm.config import LightGBMConfig
+from trainkit_lightgbm.data import normalize_pandas_for_lightgbm
 from trainkit_lightgbm.trainer import LightGBMTrainer
 
-__all__ = ["LightGBMCheckpointIO", "LightGBMConfig", "LightGBMTrainer", "ReportCallback", "get_network_params"]
+__all__ = ["LightGBMCheckpointIO", "LightGBMConfig", "LightGBMTrainer", "ReportCallback", "get_network_params",
+           "normalize_pandas_for_lightgbm"]

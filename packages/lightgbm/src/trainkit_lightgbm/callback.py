@@ -34,11 +34,13 @@ class ReportCallback:
         booster = ReportCallback.get_model(result.checkpoint)
     """
 
+    CHECKPOINT_NAME = "model.txt"  # Ray Train's name for the default ``filename``
+
     # After record_evaluation (20), before early_stopping (30), which ends training by raising:
     # the round that stops training is still reported; report the final model after train() returns.
     order = 25
 
-    def __init__(self, metrics: str | list[str] | dict[str, str] | None = None, filename: str = "model.txt",
+    def __init__(self, metrics: str | list[str] | dict[str, str] | None = None, filename: str = CHECKPOINT_NAME,
                  frequency: int = 0, checkpoint_at_end: bool = True):
         if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 0:
             raise ValueError(f"frequency={frequency!r} is invalid: expected an int >= 0 (0: only at the end)")
@@ -47,7 +49,7 @@ class ReportCallback:
         self._frequency, self._checkpoint_at_end = frequency, checkpoint_at_end
 
     @classmethod
-    def get_model(cls, checkpoint: Checkpoint, filename: str = "model.txt") -> "lightgbm.Booster":
+    def get_model(cls, checkpoint: Checkpoint, filename: str = CHECKPOINT_NAME) -> "lightgbm.Booster":
         """The Booster in a checkpoint this callback reported, verified against its manifest."""
         return LightGBMCheckpointIO(filename).load(checkpoint)
 

@@ -98,9 +98,8 @@ def classes_for(namespace: str) -> SimpleNamespace:
         Strategy.__name__ = Strategy.__qualname__ = public.__name__
         return Strategy
 
-    # A Checkpoint callback: Lightning calls those after the LightningModule's own on_train_epoch_end,
-    # so metrics logged there are in the report too.
-    class ReportCallback(_public.ReportCallback, pl.callbacks.Checkpoint):
+    # A plain Callback, as Ray's: Lightning refuses Checkpoint callbacks with enable_checkpointing=False.
+    class ReportCallback(_public.ReportCallback, pl.callbacks.Callback):
         def __init__(self, every_n_epochs: int = 1,
                      checkpoint_upload_mode: Any = trainkit.CheckpointUploadMode.SYNC) -> None:
             if isinstance(every_n_epochs, bool) or not isinstance(every_n_epochs, int) or every_n_epochs < 1:
@@ -130,12 +129,17 @@ def metrics_of(trainer: Any) -> dict[str, Any]:
 
 def report_epoch(trainer: Any, upload_mode: trainkit.CheckpointUploadMode) -> None:
     """Every rank saves (the strategy decides which ranks write which files: rank 0 for DDP, every rank
-    its shards for DeepSpeed) and reports the same checkpoint directory."""
+    its shards for DeepSpeed) and reports the same checkpoint directory.
+
+    Metrics are read first: reading them syncs ``sync_dist`` values (an all-reduce), which rank 0's
+    progress bar may already have done; saving has a barrier. Read in the other order, the ranks'
+    collectives would pair up wrongly and hang."""
+    metrics = metrics_of(trainer)
     directory = tempfile.mkdtemp(prefix="trainkit-lightning-")
     try:
         trainer.save_checkpoint(os.path.join(directory, CHECKPOINT_NAME), weights_only=False)
         checkpoint = trainkit.Checkpoint.from_directory(directory) if os.listdir(directory) else None
-        trainkit.report(metrics_of(trainer), checkpoint=checkpoint, checkpoint_upload_mode=upload_mode)
+        trainkit.report(metrics, checkpoint=checkpoint, checkpoint_upload_mode=upload_mode)
     finally:
         if upload_mode is not trainkit.CheckpointUploadMode.ASYNC:  # ASYNC removes it once uploaded
             shutil.rmtree(directory, ignore_errors=True)

@@ -34,7 +34,9 @@ class ReportCallback(TrainingCallback):
         booster = ReportCallback.get_model(result.checkpoint)
     """
 
-    def __init__(self, metrics: str | list[str] | dict[str, str] | None = None, filename: str = "model.ubj",
+    CHECKPOINT_NAME = "model.ubj"  # Ray Train's name for the default ``filename``
+
+    def __init__(self, metrics: str | list[str] | dict[str, str] | None = None, filename: str = CHECKPOINT_NAME,
                  frequency: int = 0, checkpoint_at_end: bool = True):
         if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 0:
             raise ValueError(f"frequency={frequency!r} is invalid: expected an int >= 0 (0: only at the end)")
@@ -45,7 +47,7 @@ class ReportCallback(TrainingCallback):
         self._last_checkpointed: int | None = None
 
     @classmethod
-    def get_model(cls, checkpoint: Checkpoint, filename: str = "model.ubj") -> xgboost.Booster:
+    def get_model(cls, checkpoint: Checkpoint, filename: str = CHECKPOINT_NAME) -> xgboost.Booster:
         """The Booster in a checkpoint this callback reported, verified against its manifest."""
         return XGBoostCheckpointIO(filename).load(checkpoint)
 

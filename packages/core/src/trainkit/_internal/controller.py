@@ -19,6 +19,7 @@ from trainkit._internal.lock import RunLock
 from trainkit._internal.retry import StorageError
 from trainkit._internal.plugins import get_plugins
 from trainkit._internal.progress import ProgressWatch
+from trainkit._internal.reservation import check_enclosing_reservation
 from trainkit._internal.run_logs import RunLogs
 from trainkit._internal.run_state import CheckpointRecord, RunState, start_profile
 from trainkit._internal.session import SALVAGE_S, Session, TrainContext, set_session
@@ -29,7 +30,7 @@ from trainkit.backend import BackendConfig
 from trainkit.callbacks import RunContext
 from trainkit.checkpoint import Checkpoint
 from trainkit.config import RunConfig, ScalingConfig
-from trainkit.result import Result, TrainingFailedError
+from trainkit.result import ControllerError, Result, TrainingFailedError, WorkerGroupError
 from trainkit.validation import ValidationConfig
 
 logger = logging.getLogger("trainkit")
@@ -48,8 +49,9 @@ class _Attempt:
 
 
 def _training_error(event: Failed) -> TrainingFailedError:
-    error = TrainingFailedError(
+    error = WorkerGroupError(
         f"rank {event.rank} raised {event.type_name}: {event.message}\n\nWorker traceback:\n{event.traceback}",
+        {event.rank: event.exception or RuntimeError(f"{event.type_name}: {event.message}")},
         rank=event.rank, error_type=event.type_name, worker_traceback=event.traceback)
     error.__cause__ = event.exception
     return error
@@ -83,6 +85,7 @@ class Controller:
         self.resumed_from: str | None = None
         self._pending: dict[int, dict[int, Report]] = {}
         self._acks: dict[int, list] = {}
+        self._warned_differing: set[str] = set()  # checkpoint files whose ranks' copies differed
         self._world_size = 0
         self._local_session: Session | None = None
         self._ray_start_s: float | None = None  # this fit's, shown in its first attempt's profile
@@ -93,13 +96,12 @@ class Controller:
 
     # -- run -------------------------------------------------------------------------------------
     def run(self) -> Result:
+        logger.setLevel(self.run_config.logging_config.log_level)
         storage = self.storage
         storage.preflight()  # an unusable storage path fails here, before any worker exists
         lock = RunLock(storage)
         lock.acquire()
         try:
-            self._prepare_state()
-            self._first_attempt = self.state.attempt
             if not self.scaling.local_mode:
                 from trainkit._internal.ray_runtime import check_can_ever_place, ensure_ray
 
@@ -107,6 +109,9 @@ class Controller:
                 ensure_ray()
                 check_can_ever_place(self.scaling)
                 self._ray_start_s = time.monotonic() - begin
+                check_enclosing_reservation(self.scaling.min_workers, self.scaling.worker_resources)
+            self._prepare_state()
+            self._first_attempt = self.state.attempt
             return self._run_attempts()
         except KeyboardInterrupt:
             self._interrupted()
@@ -311,8 +316,8 @@ class Controller:
             if isinstance(exc, TrainingFailedError):
                 outcome.error = exc
             else:
-                outcome.error = TrainingFailedError(f"attempt {self.state.attempt} failed in the driver: "
-                                                    f"{type(exc).__name__}: {exc}", error_type=type(exc).__qualname__)
+                outcome.error = ControllerError(f"attempt {self.state.attempt} failed in the driver: "
+                                                f"{type(exc).__name__}: {exc}", exc, error_type=type(exc).__qualname__)
                 outcome.error.__cause__ = exc
         finally:
             if group is not None:
@@ -357,13 +362,13 @@ class Controller:
                 try:
                     events = ray.get(ref)
                 except ray.exceptions.RayActorError as exc:
-                    outcome.error = TrainingFailedError(
+                    outcome.error = WorkerGroupError(
                         f"rank {rank} died: its worker process exited unexpectedly ({type(exc).__name__})",
-                        rank=rank, error_type="WorkerDied")
+                        {rank: exc}, rank=rank, error_type="WorkerDied")
                     break
                 except ray.exceptions.RayError as exc:  # e.g. an event that cannot be unpickled here
-                    outcome.error = TrainingFailedError(f"rank {rank}: its events could not be received: {exc}",
-                                                        rank=rank, error_type=type(exc).__name__)
+                    outcome.error = WorkerGroupError(f"rank {rank}: its events could not be received: {exc}",
+                                                     {rank: exc}, rank=rank, error_type=type(exc).__name__)
                     break
                 last_seen[rank] = now
                 for event in events:
@@ -382,9 +387,10 @@ class Controller:
                     poll(rank)
             hung = sorted(r for r in running if now - last_seen[r] > timeout_s)
             if hung and outcome.error is None:
-                outcome.error = TrainingFailedError(
-                    f"rank(s) {hung} stopped responding for more than {timeout_s:g} s "
-                    "(FailureConfig.worker_timeout_s)", rank=hung[0], error_type="WorkerHung")
+                message = (f"rank(s) {hung} stopped responding for more than {timeout_s:g} s "
+                           "(FailureConfig.worker_timeout_s)")
+                outcome.error = WorkerGroupError(message, {r: TimeoutError(message) for r in hung},
+                                                 rank=hung[0], error_type="WorkerHung")
             if outcome.error is None and (stuck := progress.check(group.workers, running)):
                 outcome.error = outcome.worker_errors[stuck.rank] = stuck
             self._save_state_if_due()
@@ -498,12 +504,22 @@ class Controller:
             if len(names) > 1:
                 raise ValueError(f"report {index}: ranks passed different checkpoint_dir_name values {sorted(names)}")
             files: dict[str, FileEntry] = {}
-            for r in sorted(with_files, key=lambda r: r.rank):
+            with_files.sort(key=lambda r: r.rank)
+            differing: dict[str, list[int]] = {}  # file -> ranks whose copy differs from the lowest rank's
+            for r in with_files:
                 for e in r.files:
                     if e.path in files and files[e.path].sha256 != e.sha256:
-                        raise ValueError(f"report {index}: ranks wrote different contents to checkpoint file "
-                                         f"{e.path!r}; give each rank its own file names (e.g. with the rank)")
-                    files[e.path] = e
+                        differing.setdefault(e.path, []).append(r.rank)
+                    files.setdefault(e.path, e)
+            for path, ranks in differing.items():
+                # One copy is kept (rank 0's wherever the rank-0 copy can win the write, as on local
+                # disks); the manifest records the bytes actually stored.
+                files[path] = storage_mod.hash_file(storage.fs, with_files[0].tmp_path, path)
+                if path not in self._warned_differing:
+                    self._warned_differing.add(path)
+                    logger.warning("checkpoint file %r: ranks %s wrote different contents than rank %d; kept "
+                                   "one copy (rank-dependent state such as BatchNorm buffers?). Logged once.",
+                                   path, ranks, with_files[0].rank)
             name = with_files[0].checkpoint_name
             path = storage.commit_checkpoint(with_files[0].tmp_path, name, files.values(),
                                              {"index": index, "attempt": state.attempt, "metrics": metrics})
@@ -526,7 +542,7 @@ class Controller:
             faults.point("before_retention", index=index)
             for record in dropped:
                 storage.delete_dir(storage.path(record.name))
-            self._acknowledge(index, checkpoint, metrics)
+            self._acknowledge(index, checkpoint, metrics, [record.index for record in dropped])
         if failed:  # the ranks that uploaded stop waiting for it in get_all_reported_checkpoints()
             self._acknowledge(index, None, metrics)
         if checkpoint is None:
@@ -549,13 +565,16 @@ class Controller:
         except StorageError as exc:
             self.display.note(f"could not update {storage_mod.STATE} (retried at the next report): {exc}")
 
-    def _acknowledge(self, index: int, checkpoint: Checkpoint | None, metrics: dict) -> None:
-        """Tell every rank report ``index`` is committed (``checkpoint`` None: without one)."""
+    def _acknowledge(self, index: int, checkpoint: Checkpoint | None, metrics: dict,
+                     removed: list[int] | None = None) -> None:
+        """Tell every rank report ``index`` is committed (``checkpoint`` None: without one) and
+        which earlier reports' checkpoints retention ``removed``."""
+        ack = (index, checkpoint, metrics, removed or [])
         if self._local_session is not None:
-            self._local_session.on_committed(index, checkpoint, metrics)
+            self._local_session.on_committed(*ack)
         else:
             for rank in range(self._world_size):
-                self._acks.setdefault(rank, []).append((index, checkpoint, metrics))
+                self._acks.setdefault(rank, []).append(ack)
 
     def _protected(self) -> set[str]:
         """Checkpoints retention must keep for now: those waiting for their validation."""

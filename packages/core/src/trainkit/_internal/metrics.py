@@ -4,20 +4,21 @@
   loss is worth seeing), ``None``, and dicts (string keys) and lists/tuples of these.
 - Converted: one-element array-likes with ``.item()`` (NumPy scalars, 0-d or 1-element tensors).
 - Rejected with the key path: everything else (sets, bytes, arbitrary objects, larger arrays),
-  nesting deeper than 32 levels, a report larger than 1 MiB of JSON, and keys that look like
-  credentials (``secret``, ``token``, ``password``, ``api_key``): metrics are written to disk and
-  shown to whoever reads the run.
+  nesting deeper than 32 levels, a report larger than 1 MiB of JSON.
+- Redacted: the value under a key naming a secret setting (``password``, ``api_key``,
+  ``hub_token``, ... see ``redact.SECRET_SETTINGS``) is stored as ``"***"``: metrics are written
+  to disk and shown to whoever reads the run. Other names pass (``tokens_per_second``).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
+
+from trainkit._internal.redact import is_secret_setting
 
 _MAX_DEPTH = 32
 _MAX_BYTES = 1 << 20
-_SECRET_KEY = re.compile(r"(?i)(secret|token|password|passwd|api_?key|credential)")
 
 
 def _convert(value: Any, path: str, depth: int) -> Any:
@@ -32,9 +33,7 @@ def _convert(value: Any, path: str, depth: int) -> Any:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise ValueError(f"{path}: key {key!r} is a {type(key).__name__}; metric keys must be strings")
-            if _SECRET_KEY.search(key):
-                raise ValueError(f"{path}[{key!r}]: looks like a credential; metrics are stored in plain text")
-            out[key] = _convert(item, f"{path}[{key!r}]", depth + 1)
+            out[key] = "***" if is_secret_setting(key) else _convert(item, f"{path}[{key!r}]", depth + 1)
         return out
     if isinstance(value, (list, tuple)):
         return [_convert(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]

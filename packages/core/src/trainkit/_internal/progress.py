@@ -17,7 +17,7 @@ import time
 import traceback
 from typing import Any, Iterator
 
-from trainkit.result import TrainingFailedError
+from trainkit.result import WorkerGroupError
 
 CHECK_EVERY_S = 10.0
 ANSWER_S = 2.0  # a rank that does not answer the check in time is the heartbeat's business
@@ -58,7 +58,7 @@ class ProgressWatch:
         self.timeout_s = timeout_s
         self._next = time.monotonic() + (timeout_s or 0)  # no rank can be stuck before that
 
-    def check(self, workers: list[Any], running: set[int]) -> TrainingFailedError | None:
+    def check(self, workers: list[Any], running: set[int]) -> WorkerGroupError | None:
         import ray
 
         now = time.monotonic()
@@ -79,7 +79,7 @@ class ProgressWatch:
         ranks = sorted(stuck)
         stacks = "\n".join(f"rank {rank}, no progress for {stuck[rank][0]:.0f} s, training thread:\n{stuck[rank][1]}"
                            for rank in ranks)
-        return TrainingFailedError(
-            f"rank(s) {ranks} made no progress (no report() or trainkit collective) for more than "
-            f"{self.timeout_s:g} s (FailureConfig.progress_timeout_s)\n\n{stacks}",
-            rank=ranks[0], error_type="WorkerStuck", worker_traceback=stacks)
+        message = (f"rank(s) {ranks} made no progress (no report() or trainkit collective) for more than "
+                   f"{self.timeout_s:g} s (FailureConfig.progress_timeout_s)")
+        return WorkerGroupError(f"{message}\n\n{stacks}", {rank: TimeoutError(message) for rank in ranks},
+                                rank=ranks[0], error_type="WorkerStuck", worker_traceback=stacks)

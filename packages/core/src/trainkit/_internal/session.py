@@ -20,7 +20,7 @@ from trainkit._internal.events import Report
 from trainkit._internal.metrics import validate_metrics
 from trainkit._internal.naming import validate_name
 from trainkit._internal.progress import Progress
-from trainkit.checkpoint import Checkpoint
+from trainkit.checkpoint import Checkpoint, ReportedCheckpoint, ReportedCheckpointStatus
 
 SALVAGE_S = 30.0  # how long a failed training function's in-flight uploads may take to commit
 
@@ -36,6 +36,19 @@ class CheckpointUploadMode(enum.Enum):
     SYNC = "SYNC"
     ASYNC = "ASYNC"
     NO_UPLOAD = "NO_UPLOAD"
+
+
+class CheckpointConsistencyMode(enum.Enum):
+    """What ``get_all_reported_checkpoints`` waits for (Ray Train's name).
+
+    COMMITTED: every checkpoint this rank reported is committed. VALIDATED (Ray's default): the same
+    in trainkit, which does not hold workers for validations: a checkpoint whose validation is
+    still running comes back with status ``PENDING_VALIDATION`` (its scores land in
+    ``Result.best_checkpoints``).
+    """
+
+    COMMITTED = "COMMITTED"
+    VALIDATED = "VALIDATED"
 
 
 @dataclass(frozen=True)
@@ -116,6 +129,8 @@ class Session:
         self._pending: list[Future] = []
         self._committed: dict[int, tuple[Checkpoint, dict]] = {}
         self._reported_checkpoints: list[int] = []
+        self._removed: set[int] = set()  # committed, then deleted by CheckpointConfig(num_to_keep)
+        self._validated_reports: set[int] = set()  # report indices whose checkpoint has a validation
         self._commit_cond = threading.Condition()
 
     # -- report ----------------------------------------------------------------------------------
@@ -149,6 +164,8 @@ class Session:
         if delete_local_checkpoint_after_upload is None:
             delete_local_checkpoint_after_upload = mode is CheckpointUploadMode.ASYNC
         self._reported_checkpoints.append(index)
+        if validation is not None:
+            self._validated_reports.add(index)
 
         where = {"rank": rank, "attempt": self.context.attempt, "index": index}
 
@@ -242,19 +259,24 @@ class Session:
             self._uploader.shutdown()
 
     # -- what the driver committed ---------------------------------------------------------------
-    def on_committed(self, index: int, checkpoint: Checkpoint | None, metrics: dict) -> None:
-        """The driver committed report ``index`` (``checkpoint`` None: it dropped its checkpoint)."""
+    def on_committed(self, index: int, checkpoint: Checkpoint | None, metrics: dict, removed: list[int]) -> None:
+        """The driver committed report ``index`` (``checkpoint`` None: it dropped its checkpoint);
+        retention then deleted the reports ``removed``."""
         with self._commit_cond:
             self._committed[index] = (checkpoint, metrics)
+            self._removed.update(removed)
             self._commit_cond.notify_all()
 
-    def all_reported_checkpoints(self, timeout: float | None = None) -> list[tuple[Checkpoint, dict]]:
-        """Checkpoints this rank reported, once the driver has committed (or, when a rank's upload
-        failed, dropped) every one of them."""
+    def all_reported_checkpoints(self, timeout_s: float | None = None) -> list[ReportedCheckpoint]:
+        """Checkpoints committed and still kept, once the driver has committed (or, when a rank's
+        upload failed, dropped) every one this rank reported."""
         with self._commit_cond:
             self._commit_cond.wait_for(
-                lambda: all(i in self._committed for i in self._reported_checkpoints), timeout)
-            return [self._committed[i] for i in sorted(self._committed) if self._committed[i][0] is not None]
+                lambda: all(i in self._committed for i in self._reported_checkpoints), timeout_s)
+            return [ReportedCheckpoint(*self._committed[i], ReportedCheckpointStatus.PENDING_VALIDATION
+                                       if i in self._validated_reports else ReportedCheckpointStatus.COMMITTED)
+                    for i in sorted(self._committed)
+                    if i not in self._removed and self._committed[i][0] is not None]
 
 
 _session: Session | None = None

@@ -127,45 +127,55 @@ def upload_dir(local_dir: str, fs: "pafs.FileSystem", dest: str, **where: int) -
     return entries
 
 
-def copy_dir_local(local_dir: str, dest: str, **where: int) -> list[str]:
-    """Copy ``local_dir`` into ``dest`` on the local disk at kernel speed; return the relative paths.
-    Hashing is left to ``hash_local`` (a background thread), off the training thread's clock."""
+def copy_dir_local(local_dir: str, dest: str, **where: int) -> list[str | FileEntry]:
+    """Copy ``local_dir`` into ``dest`` on the local disk at kernel speed; return the relative paths
+    (a ``FileEntry`` of this rank's bytes where another rank's copy was kept). Hashing is left to
+    ``hash_local`` (a background thread), off the training thread's clock."""
     if not os.path.isdir(local_dir):
         raise ValueError(f"checkpoint directory {local_dir!r} does not exist or is not a directory")
-    copied = []
+    copied, superseded = [], {}
     for absolute, rel in _walk_local(local_dir):
         if rel == MANIFEST:
             continue
         target = os.path.join(dest, rel)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         # Ranks may write the same file into one checkpoint: copy to a private name, then rename,
-        # so no rank ever hashes a file another rank is halfway through rewriting.
+        # so no rank ever hashes a file another rank is halfway through rewriting. Rank 0's copy
+        # replaces any other; the others' never replace one already there (the commit keeps it).
         partial = os.path.join(os.path.dirname(target),
                                f".{os.path.basename(target)}.{os.getpid()}.{threading.get_ident()}.part")
 
         def copy(absolute: str = absolute, target: str = target, partial: str = partial) -> None:
             shutil.copyfile(absolute, partial)
-            os.replace(partial, target)
+            if where.get("rank", 0) == 0:
+                os.replace(partial, target)
+                return
+            try:
+                os.link(partial, target)
+            except FileExistsError:  # another rank's copy stays; ours is hashed now, for the commit's log
+                superseded[rel] = FileEntry(rel, *_size_sha256(partial))
+            finally:
+                os.unlink(partial)
 
         with_retries("upload", target, copy)
-        copied.append(rel)
+        copied.append(superseded.get(rel, rel))
         faults.point("upload_file", **where)
     os.makedirs(dest, exist_ok=True)
     return copied
 
 
-def hash_local(dest: str, relative_paths: list[str]) -> list[FileEntry]:
-    entries = []
-    for rel in relative_paths:
-        if rel in _UNHASHED:
-            continue
-        digest, size = hashlib.sha256(), 0
-        with open(os.path.join(dest, rel), "rb") as f:
-            while chunk := f.read(_CHUNK):
-                digest.update(chunk)
-                size += len(chunk)
-        entries.append(FileEntry(rel, size, digest.hexdigest()))
-    return entries
+def hash_local(dest: str, copied: list[str | FileEntry]) -> list[FileEntry]:
+    return [rel if isinstance(rel, FileEntry) else FileEntry(rel, *_size_sha256(os.path.join(dest, rel)))
+            for rel in copied if (rel.path if isinstance(rel, FileEntry) else rel) not in _UNHASHED]
+
+
+def _size_sha256(path: str) -> tuple[int, str]:
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
 
 
 def download_dir(fs: "pafs.FileSystem", src: str, local_dir: str) -> None:
@@ -189,6 +199,12 @@ def hash_tree(fs: "pafs.FileSystem", root: str) -> list[FileEntry]:
             continue
         entries.append(FileEntry(rel, info.size, _sha256(fs, info.path)))
     return entries
+
+
+def hash_file(fs: "pafs.FileSystem", root: str, rel: str) -> FileEntry:
+    """Size and sha256 of the file ``rel`` under ``root``, as stored."""
+    path = posixpath.join(root, rel)
+    return FileEntry(rel, fs.get_file_info(path).size, _sha256(fs, path))
 
 
 def _sha256(fs: "pafs.FileSystem", path: str) -> str:

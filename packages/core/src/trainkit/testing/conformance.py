@@ -152,6 +152,7 @@ class BackendConformance:
         assert info.value.rank == failing
         assert info.value.error_type == "ValueError"
         assert f"rank {failing} fails on purpose" in f"{info.value} {info.value.worker_traceback}"
+        assert isinstance(info.value, trainkit.WorkerGroupError) and list(info.value.worker_failures) == [failing]
 
     @_GUARDS
     def test_shutdown_is_clean_and_repeatable(self, ray_cluster, run_config) -> None:
