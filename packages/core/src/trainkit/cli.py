@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     from importlib.metadata import version
 
     parser = argparse.ArgumentParser(prog="trainkit", description="Distributed training on Ray, any framework.")
-    parser.add_argument("--version", action="version", version=f"trainkit {version('trainkit')}")
+    parser.add_argument("--version", action="version", version=f"trainkit {version('trainkit-core')}")
     commands = parser.add_subparsers(dest="command", required=True)
     plugins = commands.add_parser("plugins", help="installed plugins, versions and status")
     plugins.add_argument("--json", action="store_true", help="machine-readable output")
