@@ -18,7 +18,8 @@ def train_fn(config):
     start = resume_step()
     for step in range(start, config["steps"]):
         report_step(step, {"step": step, "start": start, "attempt": ctx.get_attempt(), "t": time.time()},
-                    rank0_only=True, files={"blob.bin": os.urandom(64 << 10)})
+                    rank0_only=True, files={"blob.bin": os.urandom(64 << 10)},
+                    checkpoint_dir_name=config["checkpoint_dir_name"])
         time.sleep(config["sleep"])
     return start
 
@@ -26,7 +27,8 @@ def train_fn(config):
 if __name__ == "__main__":
     storage, name, steps, options = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
     result = trainkit.DataParallelTrainer(
-        train_fn, train_loop_config={"steps": steps, "sleep": options.get("sleep", 0.05)},
+        train_fn, train_loop_config={"steps": steps, "sleep": options.get("sleep", 0.05),
+                                     "checkpoint_dir_name": options.get("checkpoint_dir_name")},
         scaling_config=trainkit.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
         run_config=trainkit.RunConfig(
             name=name, storage_path=storage,
