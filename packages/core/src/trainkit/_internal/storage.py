@@ -439,7 +439,7 @@ class RunStorage:
         for path in tmp_dirs:
             manifest = read_manifest(self.fs, path)
             name = (manifest or {}).get("name")
-            if name not in recorded or not _CHECKPOINT_DIR.fullmatch(str(name)):
+            if name not in recorded:  # recorded names passed validate_name when they were reported
                 continue
             try:
                 verify_checkpoint(self.fs, path)
