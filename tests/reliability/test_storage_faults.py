@@ -207,7 +207,7 @@ def test_r16_s3_reused_checkpoint_name_survives_a_driver_kill_mid_commit(s3_serv
 
 
 def test_r17_s3_outage_of_10s_is_survived(own_s3_server, run_driver, figure):
-    server, steps = own_s3_server, 30
+    server, steps = own_s3_server, 16
     uri, fs = server.settings()["uri"], server.fs
     driver = run_driver(uri, "outage", steps, wait=False, sleep=0.25, max_failures=3)
     run = "bucket/runs/outage"
