@@ -41,6 +41,8 @@ class MetricsLog:
             return
         if self._segment is None or len(self._lines) >= SEGMENT_LINES:
             self._segment, self._lines = posixpath.join(SEGMENTS, f"{int(record['index']):09d}.jsonl"), []
+            folder = self.storage.path(SEGMENTS)  # some filesystems (HDFS, fsspec) need it to exist
+            with_retries("create", folder, lambda: self.storage.fs.create_dir(folder, recursive=True))
         self._lines.append(line)
         self.storage.write_text(self._segment, "".join(f"{x}\n" for x in self._lines))
 
