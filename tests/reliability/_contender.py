@@ -29,4 +29,4 @@ if __name__ == "__main__":
             outcome = {"won": False, "error": f"RunLockedError: {exc}"}
         except Exception as exc:  # noqa: BLE001 - reported to the test
             outcome = {"won": False, "error": f"{type(exc).__name__}: {exc}"}
-        print(json.dumps({"round": r, "pid": os.getpid(), **outcome}), flush=True)
+        print(json.dumps({"round": r, "pid": os.getpid(), "t": time.time(), **outcome}), flush=True)

@@ -64,7 +64,12 @@ class SeaweedFS:
         self.config = root / "s3.json"
         self.config.write_text(json.dumps({"identities": [{"name": "trainkit", "credentials": [
             {"accessKey": "trainkit", "secretKey": self.SECRET}], "actions": ["Admin", "Read", "Write", "List"]}]}))
-        self.ports = {name: _free_port_pair() for name in ("master", "volume", "filer", "s3")}
+        ports: list[int] = []
+        while len(ports) < 4:  # four different pairs: a port free a moment ago may be picked twice
+            port = _free_port_pair()
+            if not {port, port + 10000, port - 10000} & set(ports):
+                ports.append(port)
+        self.ports = dict(zip(("master", "volume", "filer", "s3"), ports))
         self.endpoint = f"127.0.0.1:{self.ports['s3']}"
 
     def start(self) -> None:

@@ -95,7 +95,7 @@ def test_r12_lock_is_exclusive_among_racing_processes(store, tmp_path, s3_server
     errors = {o["error"] for o in outcomes if not o["won"]}
     figure("R12", f"{store}: {contenders} processes raced for {rounds} run locks ({rounds // 2} takeovers of a "
                   f"crashed driver's lease): winners per round {sorted({len(w) for w in winners.values()})}")
-    assert all(len(w) == 1 for w in winners.values()), [o for o in outcomes if o["won"]]
+    assert all(len(w) == 1 for w in winners.values()), [o for o in outcomes if len(winners[o["round"]]) != 1]
     assert all(e.startswith("RunLockedError") for e in errors), errors
 
 

@@ -31,6 +31,7 @@ LOCK = ".lock"
 TAKEOVER = ".lock.takeover-"  # + the token of the dead lease being taken over
 REFRESH_S = 10.0
 STALE_S = 60.0
+SETTLE_S = 0.5  # object stores: how long a claim waits before it reads the lease back
 
 
 class RunLockedError(RuntimeError):
@@ -184,7 +185,9 @@ class RunLock:
             raise RunLockedError(f"run {name!r} was claimed by another driver at the same moment")
         else:
             raise RunLockedError(f"run {name!r}: its lock kept changing while trainkit tried to take it")
-        if (_read_lease(self.storage) or {}).get("token") != self.owner["token"]:  # a store that raced anyway
+        if not is_local(self.storage.fs):
+            time.sleep(SETTLE_S)  # two conditional PUTs an object store let through both land by then
+        if (_read_lease(self.storage) or {}).get("token") != self.owner["token"]:  # the last writer wins
             raise RunLockedError(f"run {name!r} was claimed by another driver at the same moment")
         threading.Thread(target=self._keep_fresh, name="trainkit-lease", daemon=True).start()
 
