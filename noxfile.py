@@ -191,9 +191,10 @@ def integration(session: nox.Session) -> None:
     """Every plugin together: quickstart, Ray Train compatibility, the reliability suite (real S3
     server), the plugin template, every code block of the docs."""
     _install_all(session)
-    # the S3-compatible server the object-storage tests start; the trackers docs/tracking.md runs;
-    # fnfqueue: tests/multihost's link delayer where the kernel has no netem
-    session.install(SEAWEEDFS, "fnfqueue", *TRACKING_TEST_DEPS, *PINNED.values())
+    # the S3-compatible server the object-storage tests start, boto3 for exclusive S3 locks
+    # (trainkit-core[s3]); the trackers docs/tracking.md runs; fnfqueue: tests/multihost's link
+    # delayer where the kernel has no netem
+    session.install(SEAWEEDFS, "boto3>=1.35", "fnfqueue", *TRACKING_TEST_DEPS, *PINNED.values())
     _pytest(session, "tests")
 
 

@@ -20,7 +20,8 @@ def train_fn(config):
     for step in range(start, config["steps"]):
         metrics = {"step": step, "start": start, "attempt": ctx.get_attempt(), "t": time.time()}
         if config["checkpoint"]:
-            report_step(step, metrics, rank0_only=True, files={"blob.bin": os.urandom(64 << 10)})
+            report_step(step, metrics, rank0_only=True, files={"blob.bin": os.urandom(64 << 10)},
+                        checkpoint_dir_name=config["checkpoint_dir_name"])
         else:
             trainkit.report(metrics)
         time.sleep(config["sleep"])
@@ -31,7 +32,8 @@ if __name__ == "__main__":
     storage, name, steps, options = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
     result = trainkit.DataParallelTrainer(
         train_fn, train_loop_config={"steps": steps, "sleep": options.get("sleep", 0.05),
-                                     "checkpoint": options.get("checkpoint", True)},
+                                     "checkpoint": options.get("checkpoint", True),
+                                     "checkpoint_dir_name": options.get("checkpoint_dir_name")},
         scaling_config=trainkit.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
         run_config=trainkit.RunConfig(
             name=name, storage_path=storage,

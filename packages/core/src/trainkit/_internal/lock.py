@@ -1,8 +1,16 @@
 """One driver per run: a lease file in the run directory.
 
-The lease names its owner (host, pid, a random token) and a heartbeat time the driver refreshes.
-Another driver may take it over only when the owner is gone: same host and the pid no longer
-exists, or the heartbeat is older than ``STALE_S``.
+The lease names its owner (host, pid, a random token) and a heartbeat time the driver refreshes
+every ``REFRESH_S``. A driver is alive while its heartbeat is younger than ``STALE_S`` and, on the
+same host, its pid exists (``driver_alive``). Another driver may take the lease over only from a
+dead one.
+
+Both claims are exclusive: the lease is created with an atomic create-if-absent
+(``create_exclusive``: ``link`` on POSIX, ``PutObject`` with ``If-None-Match: *`` on S3), and a
+takeover first claims a marker named after the dead lease's token the same way, so of any number
+of contenders exactly one wins. Where no such primitive exists (other ``pyarrow`` filesystems, or
+S3 without boto3) the lease is written and read back, which two drivers starting in the same
+instant can both pass: trainkit warns once.
 """
 
 from __future__ import annotations
@@ -13,12 +21,17 @@ import socket
 import threading
 import time
 import uuid
+import warnings
+from typing import Any
 
+from trainkit._internal.retry import StorageError, with_retries
 from trainkit._internal.storage import RunStorage, is_local
 
 LOCK = ".lock"
+TAKEOVER = ".lock.takeover-"  # + the token of the dead lease being taken over
 REFRESH_S = 10.0
 STALE_S = 60.0
+SETTLE_S = 0.5  # object stores: how long a claim waits before it reads the lease back
 
 
 class RunLockedError(RuntimeError):
@@ -30,9 +43,110 @@ def _pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except (PermissionError, OverflowError, ValueError):
+        return pid > 0
     return True
+
+
+def lease_alive(lease: dict[str, Any] | None, now: float | None = None) -> bool:
+    """Whether the driver that wrote ``lease`` is alive: a fresh heartbeat, and (same host) a live pid.
+    A live pid alone proves nothing: pids are reused, and a container's driver is often PID 1."""
+    if not lease:
+        return False
+    try:
+        age = (time.time() if now is None else now) - float(lease.get("heartbeat", 0))
+        pid = int(lease.get("pid", -1))
+    except (TypeError, ValueError):
+        return False
+    if age > STALE_S:
+        return False
+    return lease.get("host") != socket.gethostname() or _pid_alive(pid)
+
+
+def driver_alive(storage: RunStorage) -> bool:
+    """Whether a driver is running the run in ``storage`` now (its lease is held and alive)."""
+    return lease_alive(_read_lease(storage))
+
+
+def _read_lease(storage: RunStorage, name: str = LOCK) -> dict[str, Any] | None:
+    text = with_retries("read", storage.path(name), lambda: storage.read_text(name))
+    try:
+        lease = json.loads(text) if text else None
+    except ValueError:
+        return None  # a torn lease is no lease
+    return lease if isinstance(lease, dict) else None
+
+
+# -- create-if-absent ---------------------------------------------------------------------------
+_warned_not_exclusive = False
+
+
+def _s3_client(fs: Any) -> Any:
+    """A boto3 client with the credentials and endpoint of a pyarrow ``S3FileSystem`` (None: no boto3)."""
+    try:
+        import boto3
+    except ImportError:
+        return None
+    options = fs.__reduce__()[1][0]  # the constructor's arguments
+    endpoint = options.get("endpoint_override") or None
+    if endpoint and "://" not in endpoint:
+        endpoint = f"{options.get('scheme') or 'https'}://{endpoint}"
+    return boto3.client("s3", endpoint_url=endpoint, region_name=options.get("region") or None,
+                        aws_access_key_id=options.get("access_key") or None,
+                        aws_secret_access_key=options.get("secret_key") or None,
+                        aws_session_token=options.get("session_token") or None)
+
+
+def create_exclusive(storage: RunStorage, name: str, data: bytes) -> bool:
+    """Create ``name`` holding ``data`` unless it exists, atomically; return whether this call created it."""
+    import pyarrow.fs as pafs
+
+    target = storage.path(name)
+    if is_local(storage.fs):
+        tmp = f"{target}.{uuid.uuid4().hex}.tmp"
+
+        def link() -> bool:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            try:
+                os.link(tmp, target)  # fails if target exists, and the content is whole when it appears
+                return True
+            except FileExistsError:
+                return False
+            finally:
+                os.unlink(tmp)
+
+        return with_retries("create", target, link)
+    client = _s3_client(storage.fs) if isinstance(storage.fs, pafs.S3FileSystem) else None
+    if client is not None:
+        from botocore.exceptions import ClientError
+
+        bucket, _, key = target.partition("/")
+
+        def put() -> bool:
+            try:
+                client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+                return True
+            except ClientError as exc:
+                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+                if status in (409, 412):  # 409: a concurrent conditional write to the same key
+                    return False
+                if status and status >= 500:
+                    raise OSError(f"S3 PutObject {target}: HTTP {status}") from exc
+                raise StorageError("create", target, OSError(str(exc))) from None
+
+        return with_retries("create", target, put)
+    global _warned_not_exclusive
+    if not _warned_not_exclusive:
+        _warned_not_exclusive = True
+        warnings.warn(f"{type(storage.fs).__name__} has no atomic create-if-absent trainkit can use"
+                      f"{' (pip install boto3 for S3)' if isinstance(storage.fs, pafs.S3FileSystem) else ''}: "
+                      "two drivers starting the same run in the same instant may both take its lock",
+                      RuntimeWarning, stacklevel=3)
+    if storage.exists(name):
+        return False
+    storage.write_text(name, data.decode())
+    return (storage.read_text(name) or "").encode() == data  # write-then-read-back: best effort
 
 
 class RunLock:
@@ -40,51 +154,66 @@ class RunLock:
         self.storage = storage
         self.owner = {"host": socket.gethostname(), "pid": os.getpid(), "token": uuid.uuid4().hex}
         self._released = threading.Event()
+        self._took_over: str | None = None  # the takeover marker this driver created
 
-    def _read(self) -> dict | None:
-        text = self.storage.read_text(LOCK)
-        try:
-            return json.loads(text) if text else None
-        except ValueError:
-            return None  # a torn lease is no lease
-
-    def _stale(self, lease: dict) -> bool:
-        if lease.get("host") == self.owner["host"]:
-            return not _pid_alive(int(lease.get("pid", -1)))
-        return time.time() - float(lease.get("heartbeat", 0)) > STALE_S
+    def _lease_bytes(self) -> bytes:
+        return json.dumps({**self.owner, "heartbeat": time.time()}).encode()
 
     def acquire(self) -> None:
         """Take the lease (failing fast with ``RunLockedError``) and keep it fresh in a thread."""
-        lease = self._read()
-        if lease and lease.get("token") != self.owner["token"] and not self._stale(lease):
-            raise RunLockedError(
-                f"run {self.storage.name!r} is being run by another driver (host {lease.get('host')}, "
-                f"pid {lease.get('pid')}); wait for it to finish or pick another RunConfig(name=...)")
-        if lease is None and is_local(self.storage.fs):
-            try:  # exclusive create: of two drivers starting together, exactly one wins
-                os.close(os.open(self.storage.path(LOCK), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-            except FileExistsError:
-                raise RunLockedError(f"run {self.storage.name!r} was claimed by another driver at the same moment") from None
-        self._write()
-        if (self._read() or {}).get("token") != self.owner["token"]:  # lost a race on a shared store
-            raise RunLockedError(f"run {self.storage.name!r} was claimed by another driver at the same moment")
+        name = self.storage.name
+        for _ in range(5):  # each round either wins, fails, or saw the lease change under it
+            if create_exclusive(self.storage, LOCK, self._lease_bytes()):
+                break
+            lease = _read_lease(self.storage)
+            if lease is None:
+                continue  # released (or torn) in between: try again
+            if lease_alive(lease):
+                raise RunLockedError(
+                    f"run {name!r} is being run by another driver (host {lease.get('host')}, "
+                    f"pid {lease.get('pid')}); wait for it to finish or pick another RunConfig(name=...)")
+            marker = TAKEOVER + str(lease.get("token"))
+            if not create_exclusive(self.storage, marker, self.owner["token"].encode()):
+                raise RunLockedError(f"run {name!r} is being taken over by another driver at the same moment")
+            if (_read_lease(self.storage) or {}).get("token") != lease.get("token"):
+                self._delete(marker)
+                continue  # the dead lease went away before we claimed it
+            self._delete(LOCK)  # only the marker's creator deletes the dead lease
+            self._took_over = marker
+            if create_exclusive(self.storage, LOCK, self._lease_bytes()):
+                break
+            raise RunLockedError(f"run {name!r} was claimed by another driver at the same moment")
+        else:
+            raise RunLockedError(f"run {name!r}: its lock kept changing while trainkit tried to take it")
+        if not is_local(self.storage.fs):
+            time.sleep(SETTLE_S)  # two conditional PUTs an object store let through both land by then
+        if (_read_lease(self.storage) or {}).get("token") != self.owner["token"]:  # the last writer wins
+            raise RunLockedError(f"run {name!r} was claimed by another driver at the same moment")
         threading.Thread(target=self._keep_fresh, name="trainkit-lease", daemon=True).start()
 
-    def _write(self) -> None:
-        self.storage.write_text(LOCK, json.dumps({**self.owner, "heartbeat": time.time()}))
+    def _delete(self, name: str) -> None:
+        with_retries("delete", self.storage.path(name), lambda: self.storage.delete_file(name))
 
     def _keep_fresh(self) -> None:
         while not self._released.wait(REFRESH_S):
-            lease = self._read()
-            if lease and lease.get("token") != self.owner["token"]:
-                return  # taken over (we looked dead): never write over the new owner
             try:
-                self._write()
+                lease = _read_lease(self.storage)
+                if lease and lease.get("token") != self.owner["token"]:
+                    return  # taken over (we looked dead): never write over the new owner
+                self.storage.write_text(LOCK, self._lease_bytes().decode())
             except OSError:
                 pass  # a storage hiccup; the next beat retries
 
     def release(self) -> None:
+        """Give the lease back. Never raises: a lease left behind goes stale by itself, and the
+        caller's own error (release runs in ``finally``) must not be replaced by this one."""
         self._released.set()
-        lease = self._read()
-        if lease and lease.get("token") == self.owner["token"]:
-            self.storage.delete_file(LOCK)
+        try:
+            lease = _read_lease(self.storage)
+            if lease and lease.get("token") == self.owner["token"]:
+                self._delete(LOCK)
+            if self._took_over:
+                self._delete(self._took_over)
+        except OSError as exc:
+            warnings.warn(f"could not release the lock of run {self.storage.name!r} ({exc}); "
+                          f"the next driver takes it over once it is {STALE_S:.0f} s stale", RuntimeWarning)

@@ -120,6 +120,7 @@ class RunState:
         truth): adopts commits the state missed (a crash before its write, or a fall back to the
         previous copy), forgets records whose directory is gone. None for a new run."""
         state = cls.load(storage.fs, storage.run_path)
+        storage.sweep(c.name for c in (state.checkpoints if state else []))  # finishes an interrupted replace
         committed = storage.committed_checkpoints()
         if state is None and not committed:
             return None
@@ -128,10 +129,9 @@ class RunState:
                            storage.run_path, len(committed))
             state = cls(storage.name)
         on_disk = {m["name"]: m for m in committed}
-        known = {c.name for c in state.checkpoints}
-        state.checkpoints = [c for c in state.checkpoints if c.name in on_disk]
+        state.checkpoints = [c for c in state.checkpoints if c.name in on_disk and c.index == on_disk[c.name]["index"]]
         for m in committed:
-            if m["name"] not in known:
+            if m["name"] not in {c.name for c in state.checkpoints}:  # a commit the state missed
                 state.checkpoints.append(CheckpointRecord(m["name"], m["index"], m.get("attempt", 0), m.get("metrics", {})))
         state.checkpoints.sort(key=lambda c: c.index)
         state.latest_checkpoint = state.checkpoints[-1].name if state.checkpoints else None

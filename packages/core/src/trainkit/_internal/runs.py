@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from trainkit._internal import storage as storage_mod
+from trainkit._internal.metrics_log import read_metrics_log
 from trainkit._internal.run_state import START_PHASES, RunState
 
 
@@ -100,7 +101,7 @@ def plot_metrics(run_path: str, metrics: list[str], output: str, x: str = "index
     if x not in X_AXES:
         raise ValueError(f"--x {x}: expected one of {', '.join(X_AXES)}")
     fs, path = storage_mod.resolve_filesystem(locate_run(run_path))
-    log = storage_mod.read_metrics_log(fs, path)
+    log = read_metrics_log(fs, path)
     if not log:
         raise FileNotFoundError(f"no reports in {run_path!r} (no {storage_mod.METRICS} or it is empty)")
     available = sorted({k for r in log for k, v in r["metrics"].items() if isinstance(v, (int, float))})

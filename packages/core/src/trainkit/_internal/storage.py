@@ -43,6 +43,7 @@ METADATA = ".metadata.json"
 STATE = "run_state.json"
 METRICS = "metrics.jsonl"
 TMP_PREFIX = ".tmp-"
+QUARANTINE = ".quarantine"  # checkpoints with a damaged manifest, kept for the user
 _CHUNK = 8 << 20
 _UNHASHED = {MANIFEST, METADATA}  # the manifest can't hash itself; metadata stays editable
 _CHECKPOINT_DIR = re.compile(r"checkpoint_\d+")
@@ -215,16 +216,6 @@ def _sha256(fs: "pafs.FileSystem", path: str) -> str:
     return digest.hexdigest()
 
 
-def read_metrics_log(fs: "pafs.FileSystem", run_path: str) -> list[dict[str, Any]]:
-    """Every consolidated report of a run, in order (``metrics.jsonl``); [] when there is none."""
-    try:
-        with fs.open_input_stream(posixpath.join(run_path, METRICS)) as f:
-            text = f.read().decode()
-    except FileNotFoundError:
-        return []
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
 def read_manifest(fs: "pafs.FileSystem", checkpoint_path: str) -> dict[str, Any] | None:
     try:
         with fs.open_input_stream(posixpath.join(checkpoint_path, MANIFEST)) as f:
@@ -303,9 +294,12 @@ class RunStorage:
         return _exists(self.fs, self.path(*parts))
 
     def read_text(self, *parts: str) -> str | None:
-        try:
+        def read() -> str:
             with self.fs.open_input_stream(self.path(*parts)) as f:
                 return f.read().decode()
+
+        try:
+            return with_retries("read", self.path(*parts), read)
         except FileNotFoundError:
             return None
 
@@ -320,7 +314,7 @@ class RunStorage:
 
     def delete_file(self, name: str) -> None:
         try:
-            self.fs.delete_file(self.path(name))
+            with_retries("delete", self.path(name), lambda: self.fs.delete_file(self.path(name)))
         except FileNotFoundError:
             pass
 
@@ -351,61 +345,68 @@ class RunStorage:
 
         with_retries("write", final, write_remote)
 
-    def append_line(self, name: str, line: str) -> None:
-        target = self.path(name)
-        if is_local(self.fs):
-            with open(target, "a", encoding="utf-8") as f:
-                f.write(line + "\n")
-            return
-        existing = self.read_text(name) or ""  # object stores cannot append
-        self.write_text(name, existing + line + "\n")
-
     # -- checkpoints ---------------------------------------------------------------------------
     def commit_checkpoint(self, tmp_path: str, checkpoint_name: str, files: Iterable[FileEntry],
                           report: dict[str, Any]) -> str:
         """Make ``tmp_path`` the committed checkpoint ``checkpoint_name``; return its path.
 
         ``report`` (index, attempt, metrics) goes into the manifest, so a committed checkpoint
-        describes itself even if the run state is lost.
+        describes itself even if the run state is lost. The manifest goes into ``tmp_path`` first:
+        from then on the new checkpoint is whole, and a previous one of the same name is retired
+        only once the new one is in place (a crash in between is rolled forward by ``sweep``).
         """
         final = self.path(validate_name("checkpoint_dir_name", checkpoint_name))
         manifest = json.dumps({"format": 1, "name": checkpoint_name, **report, "files": {
             e.path: {"size": e.size, "sha256": e.sha256} for e in sorted(files, key=lambda e: e.path)}}, indent=1)
-
-        def write_manifest(directory: str) -> None:
-            with self.fs.open_output_stream(posixpath.join(directory, MANIFEST)) as f:
-                f.write(manifest.encode())
-
         with_retries("create", tmp_path, lambda: self.fs.create_dir(tmp_path, recursive=True))
         faults.point("before_commit", index=report.get("index"))
+        with_retries("write manifest", tmp_path, lambda: self._write_manifest(tmp_path, manifest))
+        faults.point("before_rename", index=report.get("index"))
+        self._install(tmp_path, final, manifest)
+        return final
+
+    def _write_manifest(self, directory: str, manifest: str) -> None:
+        with self.fs.open_output_stream(posixpath.join(directory, MANIFEST)) as f:
+            f.write(manifest.encode())
+
+    def _install(self, tmp_path: str, final: str, manifest: str) -> None:
+        """Put the whole checkpoint in ``tmp_path`` (manifest included) at ``final``."""
         if self.renames_atomically:
-            with_retries("write manifest", tmp_path, lambda: write_manifest(tmp_path))
-            faults.point("before_rename", index=report.get("index"))
             replaced = f"{tmp_path}-replaced"
             if _exists(self.fs, final):  # a name reported again, or an orphan of a crash: swap, then drop
                 with_retries("rename", replaced, lambda: self.fs.move(final, replaced))
             with_retries("rename", final, lambda: self.fs.move(tmp_path, final))
             self.delete_dir(replaced)
-        else:
-            if _exists(self.fs, final):
-                self.delete_dir(final)  # object stores cannot swap directories
-            metadata = FileEntry(METADATA, 0, "")
-            for entry in [*files, *([metadata] if _exists(self.fs, posixpath.join(tmp_path, METADATA)) else [])]:
-                src, dst = posixpath.join(tmp_path, entry.path), posixpath.join(final, entry.path)
-                self.fs.create_dir(posixpath.dirname(dst), recursive=True)
-                with_retries("copy", dst, lambda: self.fs.copy_file(src, dst))
-            faults.point("before_rename", index=report.get("index"))
-            with_retries("write manifest", final, lambda: write_manifest(final))
-            self.delete_dir(tmp_path)
-        return final
+            return
+        # Object stores cannot rename: copy the files over (an old checkpoint of this name loses its
+        # manifest first, so it is never mixed with new files), the manifest last; tmp stays until then.
+        self.delete_file(posixpath.relpath(posixpath.join(final, MANIFEST), self.run_path))
+        names = [*json.loads(manifest)["files"]]
+        if _exists(self.fs, posixpath.join(tmp_path, METADATA)):
+            names.append(METADATA)
+        for rel in names:
+            src, dst = posixpath.join(tmp_path, rel), posixpath.join(final, rel)
+            with_retries("copy", dst, lambda: (self.fs.create_dir(posixpath.dirname(dst), recursive=True),
+                                               self.fs.copy_file(src, dst)))
+        faults.point("before_manifest", index=json.loads(manifest).get("index"))
+        with_retries("write manifest", final, lambda: self._write_manifest(final, manifest))
+        for info in self._list(final, recursive=True):  # files of the retired checkpoint the new one lacks
+            rel = posixpath.relpath(info.path, final)
+            if info.type == _file_type().File and rel not in names and rel != MANIFEST:
+                with_retries("delete", info.path, lambda: self.fs.delete_file(info.path))
+        self.delete_dir(tmp_path)
+
+    def _list(self, path: str, recursive: bool = False) -> list:
+        import pyarrow.fs as pafs
+
+        return with_retries("list", path, lambda: self.fs.get_file_info(
+            pafs.FileSelector(path, allow_not_found=True, recursive=recursive)))
 
     def committed_checkpoints(self) -> list[dict[str, Any]]:
         """Manifests of the checkpoint directories that were committed (no hash check)."""
-        import pyarrow.fs as pafs
-
         manifests = []
-        for info in self.fs.get_file_info(pafs.FileSelector(self.run_path, allow_not_found=True)):
-            if info.type == pafs.FileType.Directory and not info.base_name.startswith(TMP_PREFIX):
+        for info in self._list(self.run_path):
+            if info.type == _file_type().Directory and not info.base_name.startswith(TMP_PREFIX):
                 manifest = read_manifest(self.fs, info.path)
                 if manifest is not None and manifest.get("name") == info.base_name and "index" in manifest:
                     manifests.append(manifest)
@@ -417,21 +418,84 @@ class RunStorage:
         except FileNotFoundError:
             pass
 
-    def sweep(self) -> list[str]:
-        """Delete temporary directories and checkpoint directories that were never committed."""
-        import pyarrow.fs as pafs
+    def sweep(self, recorded: Iterable[str] = ()) -> list[str]:
+        """Clear what crashes left behind; return the names removed or moved.
 
-        swept = []
-        for info in self.fs.get_file_info(pafs.FileSelector(self.run_path, allow_not_found=True)):
-            if info.type != pafs.FileType.Directory:
+        Temporary directories and checkpoint directories never committed (no manifest) are deleted.
+        A temporary directory holding a whole checkpoint (its manifest verifies) whose name is in
+        ``recorded`` while that checkpoint itself is missing or broken is rolled forward into place:
+        the crash came while it replaced a checkpoint of the same name. A checkpoint whose manifest
+        exists but cannot be read is moved to ``.quarantine/`` (its data may be intact), with a warning.
+        """
+        swept, entries = [], self._list(self.run_path)
+        recorded = set(recorded)
+        for info in entries:
+            if info.type != _file_type().Directory:
                 if info.base_name.startswith((TMP_PREFIX + "probe-", TMP_PREFIX + STATE)):
-                    self.fs.delete_file(info.path)
+                    self.delete_file(info.base_name)
                 continue
-            uncommitted = _CHECKPOINT_DIR.fullmatch(info.base_name) and read_manifest(self.fs, info.path) is None
-            if info.base_name.startswith(TMP_PREFIX) or uncommitted:
+            if info.base_name.startswith(TMP_PREFIX):
+                continue
+            if _CHECKPOINT_DIR.fullmatch(info.base_name) and read_manifest(self.fs, info.path) is None:
+                if _exists(self.fs, posixpath.join(info.path, MANIFEST)):
+                    swept.append(self._quarantine(info.path))
+                else:
+                    self.delete_dir(info.path)
+                    swept.append(info.base_name)
+        swept += self._roll_forward([i.path for i in entries if i.type == _file_type().Directory
+                                     and i.base_name.startswith(TMP_PREFIX)], recorded)
+        for info in entries:
+            if info.type == _file_type().Directory and info.base_name.startswith(TMP_PREFIX) and _exists(self.fs, info.path):
                 self.delete_dir(info.path)
                 swept.append(info.base_name)
         return swept
+
+    def _roll_forward(self, tmp_dirs: list[str], recorded: set[str]) -> list[str]:
+        newest: dict[str, tuple[int, str, dict]] = {}
+        for path in tmp_dirs:
+            manifest = read_manifest(self.fs, path)
+            name = (manifest or {}).get("name")
+            if name not in recorded:  # recorded names passed validate_name when they were reported
+                continue
+            try:
+                verify_checkpoint(self.fs, path)
+            except CheckpointCorruptError:
+                continue
+            if name not in newest or manifest.get("index", -1) > newest[name][0]:
+                newest[name] = (manifest.get("index", -1), path, manifest)
+        rolled = []
+        for name, (_, path, manifest) in newest.items():
+            try:
+                verify_checkpoint(self.fs, self.path(name))
+                continue  # the checkpoint in place is whole: nothing to finish
+            except CheckpointCorruptError:
+                pass
+            self._install(path, self.path(name), json.dumps(manifest, indent=1))
+            rolled.append(name)
+        return rolled
+
+    def _quarantine(self, path: str) -> str:
+        import warnings
+
+        import pyarrow.fs as pafs
+
+        dest = self.path(QUARANTINE, f"{posixpath.basename(path)}-{uuid.uuid4().hex[:8]}")
+        if self.renames_atomically:
+            with_retries("create", dest, lambda: self.fs.create_dir(posixpath.dirname(dest), recursive=True))
+            with_retries("rename", dest, lambda: self.fs.move(path, dest))
+        else:
+            with_retries("copy", dest, lambda: pafs.copy_files(path, dest, source_filesystem=self.fs,
+                                                              destination_filesystem=self.fs))
+            self.delete_dir(path)
+        warnings.warn(f"{path}: its {MANIFEST} is damaged, so it cannot be verified or resumed from; its files "
+                      f"were moved to {dest} for you to inspect (trainkit never deletes them)", RuntimeWarning)
+        return posixpath.relpath(dest, self.run_path)
+
+
+def _file_type():
+    import pyarrow.fs as pafs
+
+    return pafs.FileType
 
 
 def _fsync_dir(path: str) -> None:

@@ -19,7 +19,7 @@ def resume_step() -> int:
 
 
 def report_step(step: int, metrics: dict[str, Any], *, rank0_only: bool = False,
-                files: dict[str, bytes] | None = None) -> None:
+                files: dict[str, bytes] | None = None, checkpoint_dir_name: str | None = None) -> None:
     """``report(metrics)`` with a checkpoint holding ``step`` (plus ``files``); with ``rank0_only``
     the other ranks report metrics alone."""
     if rank0_only and trainkit.get_context().get_world_rank() != 0:
@@ -29,4 +29,5 @@ def report_step(step: int, metrics: dict[str, Any], *, rank0_only: bool = False,
         for name, data in {"step": str(step).encode(), **(files or {})}.items():
             with open(os.path.join(tmp, name), "wb") as f:
                 f.write(data)
-        trainkit.report(metrics, checkpoint=trainkit.Checkpoint.from_directory(tmp))
+        trainkit.report(metrics, checkpoint=trainkit.Checkpoint.from_directory(tmp),
+                        checkpoint_dir_name=checkpoint_dir_name)

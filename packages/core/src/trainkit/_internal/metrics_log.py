@@ -1,0 +1,82 @@
+"""The run's report log: one JSON line per consolidated report.
+
+On a local or shared disk it is ``metrics.jsonl``, appended to. Object stores cannot append, so
+there the log is a series of segments, ``metrics.jsonl.d/<first index>.jsonl``, each rewritten
+whole per report until it holds ``SEGMENT_LINES`` lines: a report costs one small PUT however long
+the run. Readers take ``metrics.jsonl`` and then the segments in order, and skip a line a crash
+or a full disk tore (a writer never glues onto one: it starts a new line).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from typing import TYPE_CHECKING, Any
+
+from trainkit._internal.retry import with_retries
+from trainkit._internal.storage import METRICS, is_local
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
+    from trainkit._internal.storage import RunStorage
+
+SEGMENTS = METRICS + ".d"
+SEGMENT_LINES = 200
+
+
+class MetricsLog:
+    """Appends reports to one run's log (one writer: the driver)."""
+
+    def __init__(self, storage: "RunStorage"):
+        self.storage = storage
+        self._segment: str | None = None  # object stores: the segment being filled, and its lines
+        self._lines: list[str] = []
+
+    def append(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record)
+        if is_local(self.storage.fs):
+            target = self.storage.path(METRICS)
+            with_retries("append", target, lambda: _append_local(target, line))
+            return
+        if self._segment is None or len(self._lines) >= SEGMENT_LINES:
+            self._segment, self._lines = posixpath.join(SEGMENTS, f"{int(record['index']):09d}.jsonl"), []
+            folder = self.storage.path(SEGMENTS)  # some filesystems (HDFS, fsspec) need it to exist
+            with_retries("create", folder, lambda: self.storage.fs.create_dir(folder, recursive=True))
+        self._lines.append(line)
+        self.storage.write_text(self._segment, "".join(f"{x}\n" for x in self._lines))
+
+
+def _append_local(target: str, line: str) -> None:
+    with open(target, "a+b") as f:
+        torn = f.tell() > 0 and (f.seek(-1, 2), f.read(1))[1] != b"\n"  # the last write was cut short
+        f.write(("\n" if torn else "").encode() + line.encode() + b"\n")
+        f.flush()  # a full disk fails here, inside the retry wrapper, not at close
+
+
+def read_metrics_log(fs: "pafs.FileSystem", run_path: str) -> list[dict[str, Any]]:
+    """Every consolidated report of a run, in order; [] when there is none."""
+    import pyarrow.fs as pafs
+
+    paths = [posixpath.join(run_path, METRICS)]
+    segments = fs.get_file_info(pafs.FileSelector(posixpath.join(run_path, SEGMENTS), allow_not_found=True))
+    paths += sorted(info.path for info in segments if info.base_name.endswith(".jsonl"))
+    records = []
+    for path in paths:
+        try:
+            text = with_retries("read", path, lambda: _read(fs, path))
+        except FileNotFoundError:
+            continue
+        for line in text.splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # torn by a crash or a full disk
+            if isinstance(record, dict) and "index" in record and isinstance(record.get("metrics"), dict):
+                records.append(record)
+    return records
+
+
+def _read(fs: "pafs.FileSystem", path: str) -> str:
+    with fs.open_input_stream(path) as f:
+        return f.read().decode(errors="replace")

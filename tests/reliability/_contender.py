@@ -1,0 +1,32 @@
+"""One contender of the lock race: ``_contender.py STORAGE ROUNDS GO_FILE READY_FILE``.
+
+Once GO_FILE names a start time, tries to take the lock of run ``race<r>`` at start + r * 0.3 s,
+for each round r, keeping what it wins. Prints one JSON line per round.
+"""
+
+import json
+import os
+import sys
+import time
+
+from trainkit._internal.lock import RunLock, RunLockedError
+from trainkit._internal.storage import RunStorage
+
+if __name__ == "__main__":
+    storage, rounds, go, ready = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    open(ready, "w").close()
+    while not os.path.exists(go) or not open(go).read():
+        time.sleep(0.01)
+    start = float(open(go).read())
+    for r in range(rounds):
+        run = RunStorage(storage, f"race{r}")
+        run.preflight()  # as a driver does before it takes the lock
+        time.sleep(max(0.0, start + r * 0.3 - time.time()))
+        try:
+            RunLock(run).acquire()
+            outcome = {"won": True}
+        except RunLockedError as exc:
+            outcome = {"won": False, "error": f"RunLockedError: {exc}"}
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            outcome = {"won": False, "error": f"{type(exc).__name__}: {exc}"}
+        print(json.dumps({"round": r, "pid": os.getpid(), "t": time.time(), **outcome}), flush=True)
