@@ -1,7 +1,7 @@
-"""P8: the driver's metrics log on S3 (a SeaweedFS server on loopback): reports/s over the first and
+"""P9: the driver's metrics log on S3 (a SeaweedFS server on loopback): reports/s over the first and
 the last 200 of N reports. Flat means a report's cost does not grow with the run's length.
 
-    python bench/p8_s3_metrics_log.py --reports 3000
+    python bench/p9_s3_metrics_log.py --reports 3000
 """
 
 import argparse
@@ -38,7 +38,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--reports", type=int, default=3000)
     args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="p8-weed-"))
+    root = Path(tempfile.mkdtemp(prefix="p9-weed-"))
     (root / "s3.json").write_text(json.dumps({"identities": [{"name": "b", "credentials": [
         {"accessKey": "bench", "secretKey": "bench"}], "actions": ["Admin", "Read", "Write", "List"]}]}))
     ports = [free_port_pair() for _ in range(4)]
@@ -59,7 +59,7 @@ def main() -> None:
                 break
             except OSError:
                 time.sleep(0.3)
-        storage = RunStorage(uri, "p8")
+        storage = RunStorage(uri, "p9")
         storage.preflight()
         log, stamps = MetricsLog(storage), []
         metrics = {"loss": 0.123456, "accuracy": 0.98765, "lr": 1e-4, "epoch": 3}
@@ -69,9 +69,9 @@ def main() -> None:
         first = 199 / (stamps[199] - stamps[0])
         last = 199 / (stamps[-1] - stamps[-200])
         assert len(read_metrics_log(storage.fs, storage.run_path)) == args.reports
-        print(f"P8 S3 metrics log: {first:.0f} reports/s over reports 1-200, {last:.0f} reports/s over the last "
+        print(f"P9 S3 metrics log: {first:.0f} reports/s over reports 1-200, {last:.0f} reports/s over the last "
               f"200 of {args.reports} ({last / first:.2f}x)")
-        save("p8_s3_metrics_log", {"reports": args.reports, "first_200_per_s": first, "last_200_per_s": last})
+        save("p9_s3_metrics_log", {"reports": args.reports, "first_200_per_s": first, "last_200_per_s": last})
     finally:
         weed.kill()
         weed.wait()
