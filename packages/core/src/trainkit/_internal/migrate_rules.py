@@ -17,6 +17,9 @@ MODULES: dict[str, str] = {
     "ray.train.v2.api.result": "trainkit",
     "ray.train.v2.api.train_fn_utils": "trainkit",
     "ray.train.v2.api.callback": "trainkit",
+    "ray.train.v2.api.preemption": "trainkit",
+    "ray.train.v2.api.reported_checkpoint": "trainkit",
+    "ray.train.v2.api.validation_config": "trainkit",
     "ray.air": "trainkit",
     "ray.air.config": "trainkit",
     "ray.air.result": "trainkit",
@@ -36,7 +39,9 @@ MODULES: dict[str, str] = {
     "ray.train.tensorflow": "trainkit_tf",
     "ray.train.tensorflow.keras": "trainkit_tf",
     "ray.air.integrations.keras": "trainkit_tf",
+    "ray.train.v2.tensorflow": "trainkit_tf",
     "ray.train.horovod": "trainkit_horovod",
+    "ray.train.v2.horovod": "trainkit_horovod",
     "ray.tune.integration.ray_train": "trainkit.tune",
 }
 
