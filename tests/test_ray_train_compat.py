@@ -48,7 +48,7 @@ def run_script(script: Path, *args: str) -> subprocess.CompletedProcess:
     """Run ``script`` in its own folder, its runs under ``results`` beside it."""
     env = {**os.environ, "TRAINKIT_STORAGE_PATH": str(script.parent / "results"), "TRAINKIT_VERBOSE": "0"}
     return subprocess.run([sys.executable, script.name, *args], env=env, capture_output=True, text=True,
-                          timeout=300, cwd=script.parent)
+                          timeout=240, cwd=script.parent)
 
 
 @pytest.fixture(scope="module")
@@ -64,22 +64,19 @@ def migrated(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def outcomes(request, migrated) -> dict[str, subprocess.CompletedProcess | str]:
-    """Each selected script's run, two at a time (each starts its own Ray: the starts overlap), or
-    why it was skipped."""
+def outcomes(request, migrated):
+    """Each selected script's run (a future), started two at a time as the module begins: each
+    starts its own Ray, and two starts overlap well on 2 cores. A str says why a script is skipped."""
     selected = [item.callspec.params["name"] for item in request.session.items
-                if getattr(item, "callspec", None) and "name" in item.callspec.params
-                and item.originalname == "test_ray_train_script_runs_after_migration"]
-    runnable, results = [], {}
+                if item.originalname == "test_ray_train_script_runs_after_migration"]
+    pool = ThreadPoolExecutor(2)
+    outcomes = {}
     for name in selected:
-        missing = missing_frameworks(migrated / name / f"{name}.py")
-        if missing:
-            results[name] = f"not installed here: {', '.join(missing)}"
-        else:
-            runnable.append(name)
-    with ThreadPoolExecutor(2) as pool:
-        results.update(zip(runnable, pool.map(lambda n: run_script(migrated / n / f"{n}.py"), runnable)))
-    return results
+        script = migrated / name / f"{name}.py"
+        missing = missing_frameworks(script)
+        outcomes[name] = (f"not installed here: {', '.join(missing)}" if missing else pool.submit(run_script, script))
+    yield outcomes
+    pool.shutdown(cancel_futures=True)
 
 
 def test_migrate_leaves_no_ray_train_in_the_scripts(migrated):
@@ -89,9 +86,9 @@ def test_migrate_leaves_no_ray_train_in_the_scripts(migrated):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_ray_train_script_runs_after_migration(outcomes, name):
-    outcome = outcomes[name]
-    if isinstance(outcome, str):
-        pytest.skip(outcome)
+    if isinstance(outcomes[name], str):
+        pytest.skip(outcomes[name])
+    outcome = outcomes[name].result()
     assert outcome.returncode == 0, outcome.stdout[-2000:] + outcome.stderr[-4000:]
 
 

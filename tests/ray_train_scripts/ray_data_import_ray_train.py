@@ -16,7 +16,8 @@ if __name__ == "__main__":
     dataset = ray.data.from_items([{"x": i, "y": 2 * i} for i in range(64)])
     trainer = ray.train.torch.TorchTrainer(
         train_func,
-        scaling_config=ray.train.ScalingConfig(num_workers=2),
+        # half a CPU a worker: Ray Data's tasks need CPUs the workers leave free
+        scaling_config=ray.train.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
         datasets={"train": dataset.map_batches(lambda batch: {**batch, "x": batch["x"] * 1.0})},
         run_config=ray.train.RunConfig(name="ray_data_import_ray_train"),
     )
