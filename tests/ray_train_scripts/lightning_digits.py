@@ -37,7 +37,8 @@ def train_func(config):
     trainer = pl.Trainer(max_epochs=config["epochs"], devices="auto", accelerator="auto",
                          strategy=ray.train.lightning.RayDDPStrategy(),
                          plugins=[ray.train.lightning.RayLightningEnvironment()],
-                         callbacks=[ray.train.lightning.RayTrainReportCallback()], enable_progress_bar=False, logger=False)
+                         callbacks=[ray.train.lightning.RayTrainReportCallback()],
+                         enable_progress_bar=False, logger=False)
     trainer = ray.train.lightning.prepare_trainer(trainer)
     checkpoint = ray.train.get_checkpoint()
     if checkpoint:

@@ -1,6 +1,7 @@
 """``trainkit migrate``'s rewriter: each Ray Train import idiom, what it reports, what it leaves alone.
 Pure source-to-source: nothing here starts Ray."""
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -165,5 +166,9 @@ def test_cli_prints_a_diff_writes_with_write_and_exit_status_says_what_was_left(
     assert f"not rewritten: {left}:2: ray.train.NCCLHangError has no trainkit counterpart" in captured.err
     assert clean.read_text() == "from trainkit import ScalingConfig  # configs\n"
     assert (package / "sub" / "notes.txt").read_text() == "from ray.train import ScalingConfig\n"
+    assert main(["migrate", "--json", str(left)]) == 1
+    assert json.loads(capsys.readouterr().out) == {"changed": [], "unrewritten": [
+        {"path": str(left), "line": 2, "message": "ray.train.NCCLHangError has no trainkit counterpart (trainkit has "
+                                                  "no NCCLHangError)"}]}
     assert main(["migrate", str(tmp_path / "missing.py")]) == 2
     assert "no such file or directory" in capsys.readouterr().err

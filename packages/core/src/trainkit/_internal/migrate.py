@@ -248,14 +248,15 @@ class _Rewriter(ast.NodeVisitor):
                 self.left(statement, f"no rule for module {module}: change it by hand")
             keep, names, modules = [], [], []
             for alias in statement.names:
-                if trainkit_module(f"{module}.{alias.name}"):  # `from ray import train`: a module
-                    modules.append(f"import {trainkit_module(module + '.' + alias.name)} as {alias.asname or alias.name}")
+                if submodule := trainkit_module(f"{module}.{alias.name}"):  # `from ray import train`
+                    modules.append(f"import {submodule} as {alias.asname or alias.name}")
                 elif target is None or alias.name == "*":
                     keep.append(alias)
                 else:
                     new = trainkit_name(module, alias.name)
                     if _has(target, new) is False:
-                        self.left(statement, f"{module}.{alias.name} has no trainkit counterpart ({target} has no {new})")
+                        self.left(statement, f"{module}.{alias.name} has no trainkit counterpart "
+                                             f"({target} has no {new})")
                         keep.append(alias)
                     else:
                         names.append(ast.alias(new, alias.asname if alias.asname != new else None))
