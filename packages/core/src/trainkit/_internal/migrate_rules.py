@@ -7,6 +7,9 @@ from __future__ import annotations
 # Ray modules not listed (ray, ray.data, ray.tune, ...) stay Ray's.
 MODULES: dict[str, str] = {
     "ray.train": "trainkit",
+    "ray.train.context": "trainkit",
+    "ray.train.data_parallel_trainer": "trainkit",
+    "ray.train.error": "trainkit",
     "ray.train.v2": "trainkit",
     "ray.train.v2.api": "trainkit",
     "ray.train.v2.api.config": "trainkit",
