@@ -1,6 +1,9 @@
 """Hugging Face Accelerate inside a Ray Train TorchTrainer, as Ray Train's Accelerate guide writes it:
 Accelerator() joins the process group the trainer set up."""
 
+import os
+import tempfile
+
 import torch
 from accelerate import Accelerator
 from torch.utils.data import DataLoader, TensorDataset
@@ -24,7 +27,10 @@ def train_func(config):
             optimizer.zero_grad()
             accelerator.backward(loss)
             optimizer.step()
-        ray.train.report({"loss": loss.item(), "epoch": epoch, "processes": accelerator.num_processes})
+        with tempfile.TemporaryDirectory() as tmp:  # Ray Train's result.metrics are its last checkpoint's
+            accelerator.save(accelerator.unwrap_model(model).state_dict(), os.path.join(tmp, "model.pt"))
+            ray.train.report({"loss": loss.item(), "epoch": epoch, "processes": accelerator.num_processes},
+                             checkpoint=ray.train.Checkpoint.from_directory(tmp))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,9 @@
 """`import ray.train` then `ray.data`: a Ray Dataset split across the workers by the trainer, each
 rank reading its shard with ray.train.get_dataset_shard."""
 
+import os
+import tempfile
+
 import ray.train
 import ray.train.torch
 
@@ -9,7 +12,10 @@ def train_func(config):
     shard = ray.train.get_dataset_shard("train")
     for epoch in range(2):
         rows = sum(len(batch["x"]) for batch in shard.iter_batches(batch_size=8))
-        ray.train.report({"rows": rows, "epoch": epoch, "rank": ray.train.get_context().get_world_rank()})
+        with tempfile.TemporaryDirectory() as tmp:  # Ray Train's result.metrics are its last checkpoint's
+            open(os.path.join(tmp, "epoch"), "w").write(str(epoch))
+            ray.train.report({"rows": rows, "epoch": epoch, "rank": ray.train.get_context().get_world_rank()},
+                             checkpoint=ray.train.Checkpoint.from_directory(tmp))
 
 
 if __name__ == "__main__":

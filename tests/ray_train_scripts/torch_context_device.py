@@ -2,10 +2,12 @@
 names, get_device, enable_reproducibility, and a ray.train.UserCallback on the driver."""
 
 import os
+import tempfile
 
 import torch
 
 import ray.train as train
+import ray.train.torch  # noqa: F401 - makes train.torch an attribute
 from ray.train import UserCallback
 
 
@@ -26,10 +28,12 @@ def train_func():
     device = train.torch.get_device()
     model = train.torch.prepare_model(torch.nn.Linear(3, 1))
     out = model(torch.ones(2, 3, device=device))
-    train.report({"world_rank": context.get_world_rank(), "world_size": context.get_world_size(),
-                  "local_rank": context.get_local_rank(), "local_world_size": context.get_local_world_size(),
-                  "node_rank": context.get_node_rank(), "experiment": context.get_experiment_name(),
-                  "device": str(device), "out_rows": out.shape[0]})
+    with tempfile.TemporaryDirectory() as tmp:  # Ray Train's result.metrics are its last checkpoint's
+        torch.save(model.state_dict(), os.path.join(tmp, "model.pt"))
+        train.report({"world_rank": context.get_world_rank(), "world_size": context.get_world_size(),
+                      "local_rank": context.get_local_rank(), "local_world_size": context.get_local_world_size(),
+                      "node_rank": context.get_node_rank(), "experiment": context.get_experiment_name(),
+                      "device": str(device), "out_rows": out.shape[0]}, checkpoint=train.Checkpoint.from_directory(tmp))
 
 
 if __name__ == "__main__":

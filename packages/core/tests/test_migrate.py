@@ -97,8 +97,8 @@ def test_import_ray_train_keeps_ray_bound_where_ray_data_is_used():
      "import trainkit_hf\ntrainkit_hf.ReportCallback()\n"),
     ("import ray.train.lightning as rl\nrl.RayDDPStrategy(); rl.prepare_trainer\n",
      "import trainkit_lightning as rl\nrl.DDPStrategy(); rl.prepare_trainer\n"),
-    ("import ray.train as train\ntrain.torch.get_device()\n", "import trainkit as train\nimport trainkit_torch\n"
-     "trainkit_torch.get_device()\n"),
+    ("import ray.train as train\nimport ray.train.torch  # noqa\ntrain.torch.get_device()\n",
+     "import trainkit as train\nimport trainkit_torch\nimport trainkit_torch  # noqa\ntrainkit_torch.get_device()\n"),
     ("from ray.train.v2.api.config import ScalingConfig\nfrom ray.train.v2.api.data_parallel_trainer import "
      "DataParallelTrainer\n", "from trainkit import ScalingConfig\nfrom trainkit import DataParallelTrainer\n"),
     ("from ray.train.v2.lightgbm import LightGBMTrainer\n", "from trainkit_lightgbm import LightGBMTrainer\n"),

@@ -227,8 +227,10 @@ class _Rewriter(ast.NodeVisitor):
                         keep.append(alias)
                     elif alias.asname:
                         lines.append(f"import {target} as {alias.asname}")
-                    else:  # `import ray.train.torch` binds `ray`: rewritten uses need the trainkit module
-                        need(target)
+                    else:  # `import ray.train.torch` binds `ray`: becomes `import trainkit_torch`
+                        if f"import {target}" not in lines:
+                            lines.append(f"import {target}")
+                        done.add(target)
                         if statement in self.kept and not self.plain_ray_import(statement):
                             keep.append(ast.alias("ray"))
                 if keep == list(statement.names):
