@@ -1,4 +1,4 @@
-"""LightGBM through Ray Train V2's module paths (ray.train.v2.lightgbm), with the checkpoint read
+"""LightGBM through Ray Train V2's module paths (ray.train.v2.lightgbm.lightgbm_trainer), with the checkpoint read
 back through ray.train.lightgbm.RayTrainReportCallback and get_network_params per worker."""
 
 import lightgbm
@@ -7,7 +7,7 @@ from sklearn.datasets import make_classification
 
 from ray.train import CheckpointConfig, RunConfig, ScalingConfig
 from ray.train.lightgbm import RayTrainReportCallback, get_network_params
-from ray.train.v2.lightgbm import LightGBMTrainer
+from ray.train.v2.lightgbm.lightgbm_trainer import LightGBMTrainer
 
 import ray.train
 

@@ -1,4 +1,5 @@
-"""`import ray`, `ray.init()` and `ray.train.X(...)` throughout: a worker crashes once, FailureConfig
+"""`import ray` (and `import ray.train.torch`, which makes `ray.train` an attribute), `ray.init()` and
+`ray.train.X(...)` throughout: a worker crashes once, FailureConfig
 restarts the group, the training function resumes from ray.train.get_checkpoint()."""
 
 import json
@@ -8,6 +9,7 @@ import tempfile
 import torch
 
 import ray
+import ray.train.torch
 
 
 def train_func(config):

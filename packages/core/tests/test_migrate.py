@@ -101,7 +101,8 @@ def test_import_ray_train_keeps_ray_bound_where_ray_data_is_used():
      "import trainkit as train\nimport trainkit_torch\nimport trainkit_torch  # noqa\ntrainkit_torch.get_device()\n"),
     ("from ray.train.v2.api.config import ScalingConfig\nfrom ray.train.v2.api.data_parallel_trainer import "
      "DataParallelTrainer\n", "from trainkit import ScalingConfig\nfrom trainkit import DataParallelTrainer\n"),
-    ("from ray.train.v2.lightgbm import LightGBMTrainer\n", "from trainkit_lightgbm import LightGBMTrainer\n"),
+    ("from ray.train.v2.lightgbm.lightgbm_trainer import LightGBMTrainer\n",
+     "from trainkit_lightgbm import LightGBMTrainer\n"),
     ("from ray.tune.integration.ray_train import TuneReportCallback\n",
      "from trainkit.tune import TuneReportCallback\n"),
     ("from ray.train.collective import barrier\n", "from trainkit.collective import barrier\n"),
