@@ -49,4 +49,5 @@ if __name__ == "__main__":
     assert int(result.metrics["epoch"]) == 3 and "loss" in result.metrics, result.metrics
     assert len(result.best_checkpoints) == 3  # one a epoch, 4 steps each
     with result.checkpoint.as_directory() as path:
-        assert os.path.exists(os.path.join(path, "trainer_state.json"))
+        assert os.path.exists(os.path.join(
+            path, ray.train.huggingface.transformers.RayTrainReportCallback.CHECKPOINT_NAME, "trainer_state.json"))
