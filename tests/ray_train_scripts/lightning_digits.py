@@ -4,7 +4,7 @@
 
 import os
 
-import pytorch_lightning as pl
+import lightning.pytorch as pl
 import torch
 from sklearn.datasets import load_digits
 from torch.utils.data import DataLoader, TensorDataset
