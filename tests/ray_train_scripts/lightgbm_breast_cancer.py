@@ -1,5 +1,5 @@
 """Distributed LightGBM written for Ray Train 2.x (its documented API, no Ray Data).
-tests/test_ray_train_compat.py migrates it with the rewrite table and runs it on trainkit."""
+tests/test_ray_train_compat.py migrates it with `trainkit migrate` and runs it on trainkit."""
 
 import lightgbm
 from sklearn.datasets import load_breast_cancer
@@ -33,3 +33,5 @@ if __name__ == "__main__":
     booster = RayTrainReportCallback.get_model(result.checkpoint)
     print("metrics:", result.metrics)
     print("rounds:", booster.current_iteration())
+    assert booster.current_iteration() == 20 and "loss" in result.metrics, result.metrics
+    assert len(result.best_checkpoints) == 4  # rounds 5, 10, 15, 20

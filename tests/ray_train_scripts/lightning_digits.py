@@ -1,21 +1,17 @@
-"""PyTorch Lightning written for Ray Train 2.x (its documented ray.train.lightning API).
-tests/test_ray_train_compat.py migrates it with the rewrite table and runs it on trainkit."""
+"""PyTorch Lightning written for Ray Train 2.x (its documented ray.train.lightning API), reached by
+`import ray.train.lightning` and attribute access. tests/test_ray_train_compat.py migrates it with
+`trainkit migrate` and runs it on trainkit."""
 
 import os
 
-import pytorch_lightning as pl
+import lightning.pytorch as pl
 import torch
 from sklearn.datasets import load_digits
 from torch.utils.data import DataLoader, TensorDataset
 
 import ray.train
+import ray.train.lightning
 from ray.train import RunConfig, ScalingConfig
-from ray.train.lightning import (
-    RayDDPStrategy,
-    RayLightningEnvironment,
-    RayTrainReportCallback,
-    prepare_trainer,
-)
 from ray.train.torch import TorchTrainer
 
 
@@ -39,14 +35,16 @@ def train_func(config):
     data = DataLoader(TensorDataset(torch.tensor(x, dtype=torch.float32) / 16, torch.tensor(y)),
                       batch_size=64, shuffle=True)
     trainer = pl.Trainer(max_epochs=config["epochs"], devices="auto", accelerator="auto",
-                         strategy=RayDDPStrategy(), plugins=[RayLightningEnvironment()],
-                         callbacks=[RayTrainReportCallback()], enable_progress_bar=False, logger=False)
-    trainer = prepare_trainer(trainer)
+                         strategy=ray.train.lightning.RayDDPStrategy(),
+                         plugins=[ray.train.lightning.RayLightningEnvironment()],
+                         callbacks=[ray.train.lightning.RayTrainReportCallback()],
+                         enable_progress_bar=False, logger=False)
+    trainer = ray.train.lightning.prepare_trainer(trainer)
     checkpoint = ray.train.get_checkpoint()
     if checkpoint:
         with checkpoint.as_directory() as ckpt_dir:
             trainer.fit(Classifier(), train_dataloaders=data,
-                        ckpt_path=os.path.join(ckpt_dir, RayTrainReportCallback.CHECKPOINT_NAME))
+                        ckpt_path=os.path.join(ckpt_dir, ray.train.lightning.RayTrainReportCallback.CHECKPOINT_NAME))
     else:
         trainer.fit(Classifier(), train_dataloaders=data)
 
@@ -60,3 +58,7 @@ if __name__ == "__main__":
     ).fit()
     print("epochs:", result.metrics["epoch"] + 1)
     print(result.metrics)
+    assert result.metrics["epoch"] == 2 and "loss" in result.metrics, result.metrics
+    assert len(result.best_checkpoints) == 3  # one a epoch
+    with result.checkpoint.as_directory() as path:
+        assert os.path.exists(os.path.join(path, ray.train.lightning.RayTrainReportCallback.CHECKPOINT_NAME))

@@ -1,6 +1,6 @@
 """Keras with MultiWorkerMirroredStrategy written for Ray Train 2.x (its documented
-ray.train.tensorflow API). packages/tf/tests/test_ray_train_compat.py migrates it with the rewrite
-table of docs/migrating-from-ray-train.md and runs it on trainkit. It ran on Ray Train 2.60 once,
+ray.train.tensorflow API). packages/tf/tests/test_ray_train_compat.py migrates it with
+`trainkit migrate` and runs it on trainkit. It ran on Ray Train 2.60 once,
 with TensorFlow 2.21: there it needs TF_USE_LEGACY_KERAS=1 set in the script (without it the
 workers' tf.keras was Keras 3, whose fit fails across workers: keras-team/keras#20585)."""
 

@@ -1,6 +1,7 @@
 """A Ray Train 2.60 Transformers script, as Ray Train's docs write one: a 2-layer BERT built from a
-config, trained on generated token ids with transformers.Trainer on 2 CPU workers. It ran on Ray
-Train 2.60 once; tests/test_ray_train_compat.py runs it on trainkit after the migration table."""
+config, trained on generated token ids with transformers.Trainer on 2 CPU workers. Its Ray Train names are reached by
+`import ray.train.huggingface.transformers` and attribute access. It ran on Ray Train 2.60 once;
+tests/test_ray_train_compat.py runs it on trainkit after `trainkit migrate`."""
 
 import os
 
@@ -10,7 +11,7 @@ from transformers import BertConfig, BertForSequenceClassification, Trainer, Tra
 
 import ray.train
 from ray.train import RunConfig, ScalingConfig
-from ray.train.huggingface.transformers import RayTrainReportCallback, prepare_trainer
+import ray.train.huggingface.transformers
 from ray.train.torch import TorchTrainer
 
 
@@ -26,13 +27,14 @@ def train_func():
         output_dir="transformers_text_output", per_device_train_batch_size=8, num_train_epochs=3,
         logging_strategy="epoch", save_strategy="epoch", use_cpu=True, report_to="none", disable_tqdm=True)
     trainer = Trainer(model=model, args=training_args, train_dataset=train_dataset)
-    trainer.add_callback(RayTrainReportCallback())
-    trainer = prepare_trainer(trainer)
+    trainer.add_callback(ray.train.huggingface.transformers.RayTrainReportCallback())
+    trainer = ray.train.huggingface.transformers.prepare_trainer(trainer)
 
     checkpoint = ray.train.get_checkpoint()
     if checkpoint:
         with checkpoint.as_directory() as checkpoint_dir:
-            checkpoint_path = os.path.join(checkpoint_dir, RayTrainReportCallback.CHECKPOINT_NAME)
+            checkpoint_path = os.path.join(
+                checkpoint_dir, ray.train.huggingface.transformers.RayTrainReportCallback.CHECKPOINT_NAME)
             trainer.train(resume_from_checkpoint=checkpoint_path)
     else:
         trainer.train()
@@ -44,3 +46,8 @@ if __name__ == "__main__":
     result = trainer.fit()
     print(f"epochs: {int(result.metrics['epoch'])}")
     print(result.metrics)
+    assert int(result.metrics["epoch"]) == 3 and "loss" in result.metrics, result.metrics
+    assert len(result.best_checkpoints) == 3  # one a epoch, 4 steps each
+    with result.checkpoint.as_directory() as path:
+        assert os.path.exists(os.path.join(
+            path, ray.train.huggingface.transformers.RayTrainReportCallback.CHECKPOINT_NAME, "trainer_state.json"))

@@ -1,4 +1,4 @@
-"""A Ray Train TensorFlow script, changed only per docs/migrating-from-ray-train.md, runs on trainkit
+"""A Ray Train TensorFlow script, changed only by `trainkit migrate`, runs on trainkit
 (here, not in tests/test_ray_train_compat.py: TensorFlow stays out of the shared environment)."""
 
 import importlib.util

@@ -137,6 +137,28 @@ def _launch(args: argparse.Namespace) -> int:
     from trainkit._internal.launch import main as launch
 
     return launch(args)
+def _migrate(args: argparse.Namespace) -> int:
+    from trainkit._internal.migrate import migrate_paths
+
+    try:
+        migrations = migrate_paths(args.paths, write=args.write)
+    except FileNotFoundError as exc:
+        print(f"trainkit migrate: {exc}", file=sys.stderr)
+        return 2
+    unrewritten = [u for m in migrations for u in m.unrewritten]
+    if args.json:
+        print(json.dumps({"changed": [m.path for m in migrations if m.migrated != m.source],
+                          "unrewritten": [asdict(u) for u in unrewritten]}, indent=1))
+    else:
+        for m in migrations:
+            if args.write:
+                if m.migrated != m.source:
+                    print(f"rewrote {m.path}")
+            else:
+                sys.stdout.write(m.diff())
+        for u in unrewritten:
+            print(f"not rewritten: {u}", file=sys.stderr)
+    return 1 if unrewritten else 0
 
 
 RUN_HELP = "the run's directory (local path or URI), or a run name under the default storage path"
@@ -178,6 +200,12 @@ def main(argv: list[str] | None = None) -> int:
                                  "environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...).")
     launch_arguments(launch)
     launch.set_defaults(func=_launch)
+    migrate = commands.add_parser("migrate", help="rewrite Ray Train scripts to trainkit (a diff, or --write)")
+    migrate.add_argument("paths", nargs="+", metavar="PATH", help="a .py file, or a directory: every .py under it")
+    migrate.add_argument("--write", action="store_true", help="rewrite the files in place instead of printing a diff")
+    migrate.add_argument("--json", action="store_true", help="machine-readable output: changed files, what was not "
+                         "rewritten")
+    migrate.set_defaults(func=_migrate)
     args = parser.parse_args(argv)
     return args.func(args)
 
