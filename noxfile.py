@@ -254,7 +254,7 @@ def quickstart(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Benchmarks against torchrun and Ray Train (not part of CI)."""
     _install_all(session)
-    session.install("ray[train]", "pydantic")  # Ray Train, measured side by side
+    session.install("ray[train]", "pydantic", SEAWEEDFS)  # Ray Train, measured side by side; P9's S3 server
     for script in sorted((ROOT / "bench").glob("p*.py")):
         session.run("python", str(script), *session.posargs, env={"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
 

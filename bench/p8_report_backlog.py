@@ -11,7 +11,6 @@ Target (issue 20): the driver's memory stays bounded (100k reports within a few 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile

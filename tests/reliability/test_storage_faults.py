@@ -7,7 +7,6 @@ tmpfs filled up, real driver SIGKILLs.
 import errno
 import json
 import os
-import posixpath
 import signal
 import socket
 import subprocess

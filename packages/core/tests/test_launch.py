@@ -2,7 +2,6 @@
 workers, run as the real command."""
 
 import json
-import os
 import subprocess
 import sys
 import textwrap

@@ -3,7 +3,6 @@
 import os
 
 import lightgbm
-import numpy as np
 import pytest
 from sklearn.datasets import load_breast_cancer
 

@@ -3,7 +3,6 @@
 import hashlib
 import os
 
-import numpy as np
 import pytest
 import xgboost
 from sklearn.datasets import load_breast_cancer

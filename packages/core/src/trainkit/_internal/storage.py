@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from trainkit._internal import faults
 from trainkit._internal.naming import validate_name
 from trainkit._internal.redact import redact
-from trainkit._internal.retry import StorageError, with_retries
+from trainkit._internal.retry import with_retries
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
