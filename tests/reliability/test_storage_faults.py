@@ -78,18 +78,22 @@ def test_r12_lock_is_exclusive_among_racing_processes(store, tmp_path, s3_server
         with fs.open_output_stream(f"{base}/race{r}/.lock") as f:
             f.write(stale_lease(3600).encode())
     go = tmp_path / "go"
-    procs = [subprocess.Popen([sys.executable, str(CONTENDER), root, str(rounds), str(go), str(tmp_path / f"ready{i}")],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(contenders)]
+    done = tmp_path / "done"
+    procs = [subprocess.Popen([sys.executable, str(CONTENDER), root, str(rounds), str(go), str(tmp_path / f"ready{i}"),
+                               str(done)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(contenders)]
     deadline = time.monotonic() + 120
     while sum((tmp_path / f"ready{i}").exists() for i in range(contenders)) < contenders:
         assert time.monotonic() < deadline and all(p.poll() is None for p in procs), [p.communicate() for p in procs]
         time.sleep(0.05)
     go.write_text(str(time.time() + 0.5))
     outcomes = []
+    for p in procs:  # every winner stays alive (its lease live) until all rounds are decided
+        outcomes += [json.loads(line) for line in (p.stdout.readline() for _ in range(rounds)) if line]
+    done.touch()
     for p in procs:
-        out, err = p.communicate(timeout=120)
+        _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err[-3000:]
-        outcomes += [json.loads(line) for line in out.splitlines()]
     winners = {r: sorted(o["pid"] for o in outcomes if o["round"] == r and o["won"]) for r in range(rounds)}
     errors = {o["error"] for o in outcomes if not o["won"]}
     figure("R12", f"{store}: {contenders} processes raced for {rounds} run locks ({rounds // 2} takeovers of a "

@@ -52,6 +52,10 @@ class SeaweedFS:
         self.config = root / "s3.json"
         self.config.write_text(json.dumps({"identities": [{"name": "trainkit", "credentials": [
             {"accessKey": "trainkit", "secretKey": self.SECRET}], "actions": ["Admin", "Read", "Write", "List"]}]}))
+        self.fs = None
+        self._pick_ports()
+
+    def _pick_ports(self) -> None:
         ports: list[int] = []
         while len(ports) < 4:  # four different pairs: a port free a moment ago may be picked twice
             port = free_port_pair()
@@ -61,6 +65,19 @@ class SeaweedFS:
         self.endpoint = f"127.0.0.1:{self.ports['s3']}"
 
     def start(self) -> None:
+        """Start the server and wait until its bucket takes writes. A first start whose server exits
+        at once (a port taken between picking and binding it) retries on new ports; a restart keeps
+        the ports it had."""
+        for attempt in range(3):
+            if self._launch():
+                return
+            if self.fs is not None or attempt == 2:
+                break
+            self._pick_ports()
+        log = (self.root / "weed.log").read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"SeaweedFS did not start on {self.endpoint}:\n{log}")
+
+    def _launch(self) -> bool:
         import pyarrow.fs as pafs
 
         ports = self.ports
@@ -82,15 +99,18 @@ class SeaweedFS:
                     f.write(b"x")
                 break
             except OSError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
+                if self.proc.poll() is not None:
+                    return False
+                if time.monotonic() > deadline:
                     self.stop()
-                    raise
+                    return False
                 time.sleep(0.3)
         for i in range(8):  # the first writes wait for SeaweedFS to grow volumes: get that over with here
             with fs.open_output_stream(f"bucket/warmup/{i}") as f:
                 f.write(b"x")
         fs.delete_dir("bucket/warmup")
         self.fs = fs
+        return True
 
     def stop(self) -> None:
         self.proc.kill()
