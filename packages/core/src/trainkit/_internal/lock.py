@@ -31,7 +31,6 @@ LOCK = ".lock"
 TAKEOVER = ".lock.takeover-"  # + the token of the dead lease being taken over
 REFRESH_S = 10.0
 STALE_S = 60.0
-SETTLE_S = 0.5  # object stores: how long a claim waits before it reads the lease back
 
 
 class RunLockedError(RuntimeError):
@@ -185,9 +184,8 @@ class RunLock:
             raise RunLockedError(f"run {name!r} was claimed by another driver at the same moment")
         else:
             raise RunLockedError(f"run {name!r}: its lock kept changing while trainkit tried to take it")
-        if not is_local(self.storage.fs):
-            time.sleep(SETTLE_S)  # two conditional PUTs an object store let through both land by then
-        if (_read_lease(self.storage) or {}).get("token") != self.owner["token"]:  # the last writer wins
+        # the read-back the fallback of stores without create-if-absent relies on (best effort there)
+        if (_read_lease(self.storage) or {}).get("token") != self.owner["token"]:
             raise RunLockedError(f"run {name!r} was claimed by another driver at the same moment")
         threading.Thread(target=self._keep_fresh, name="trainkit-lease", daemon=True).start()
 
