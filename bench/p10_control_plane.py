@@ -177,17 +177,23 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     ranks = [r["ranks"] for r in rows]
-    panels = [("reports/s (metrics only)", [r["reports_per_s"] for r in rows], False),
-              ("commit latency, ms (1 shard per rank)", [r["commit_ms_median"] for r in rows], True),
-              ("commit CPU, ms (fsync waits left out)", [r["commit_cpu_ms_median"] for r in rows], True),
-              ("driver memory, MiB (tracemalloc peak)", [r["checkpoint_round_traced_peak_kib"] / 1024 for r in rows], True)]
-    fig, axes = plt.subplots(1, 4, figsize=(16, 3.8))
-    for ax, (title, values, linear_ref) in zip(axes, panels):
-        ax.plot(ranks, values, "o-", label="trainkit driver")
-        if linear_ref:
-            ax.plot(ranks, [values[0] * n / ranks[0] for n in ranks], "--", color="grey", label="linear from N=64")
+    panels = [("reports/s, metrics only (flat = linear total cost)", {"reports/s": [r["reports_per_s"] for r in rows]}),
+              ("commit latency, ms (1 shard per rank)", {"wall": [r["commit_ms_median"] for r in rows],
+                                                         "CPU": [r["commit_cpu_ms_median"] for r in rows]}),
+              ("driver memory of a checkpoint round, MiB", {
+                  "tracemalloc peak": [r["checkpoint_round_traced_peak_kib"] / 1024 for r in rows],
+                  "RSS high-water growth": [max(r["rss_growth_kib"], 1) / 1024 for r in rows]})]
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    for i, (ax, (title, series)) in enumerate(zip(axes, panels)):
+        for label, values in series.items():
+            ax.plot(ranks, values, "o-", label=label)
+        if i == 0:
+            ax.set_ylim(0, max(series["reports/s"]) * 1.2)
+        else:
+            last = list(series.values())[0]
+            ax.plot(ranks, [last[-1] * n / ranks[-1] for n in ranks], "--", color="grey", label="linear (through N=4096)")
+            ax.set_yscale("log")
         ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
         ax.set_xlabel("simulated ranks")
         ax.set_title(title, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
