@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import difflib
 import importlib
+import importlib.util
 import io
 import tokenize
 from dataclasses import dataclass, field
@@ -55,13 +56,15 @@ def _has(module: str, name: str) -> bool | None:
         target = importlib.import_module(module)
     except ImportError:
         return None
-    if getattr(target, name, _MISSING) is not _MISSING:
+    # __all__ first: a lazy export (trainkit_tf.ReportCallback imports TensorFlow) is found unloaded
+    if name in getattr(target, "__all__", ()) or name in vars(target):
         return True
     try:  # a submodule, e.g. trainkit.tune
-        importlib.import_module(f"{module}.{name}")
-        return True
-    except ImportError:
-        return False
+        if importlib.util.find_spec(f"{module}.{name}") is not None:
+            return True
+    except (ImportError, ValueError):
+        pass
+    return getattr(target, name, _MISSING) is not _MISSING
 
 
 def _dotted(node: ast.expr) -> list[str] | None:
