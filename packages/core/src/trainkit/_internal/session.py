@@ -127,6 +127,7 @@ class Session:
         self.progress = Progress()  # reset by report() and collectives: see _internal/progress.py
         self._uploader: ThreadPoolExecutor | None = None
         self._pending: list[Future] = []
+        self._upload_errors: list[BaseException] = []  # failed background uploads, for report() to raise
         self._committed: dict[int, tuple[Checkpoint, dict]] = {}
         self._reported_checkpoints: list[int] = []
         self._removed: set[int] = set()  # committed, then deleted by CheckpointConfig(num_to_keep)
@@ -176,12 +177,18 @@ class Session:
             self._reported_checkpoints.remove(index)
             self._hand_over(Report(rank, index, metrics, name, tmp_path, error=f"{type(exc).__name__}: {exc}"))
 
-        def deliver(files: Callable[[], list[storage_mod.FileEntry]]) -> None:
+        def deliver(files: Callable[[], list[storage_mod.FileEntry]], in_background: bool = False) -> None:
             try:
                 entries = files()
             except BaseException as exc:
+                if not in_background:
+                    failed(exc)
+                    raise
+                # kept before the driver hears of it: a report() after the driver closed this
+                # index (e.g. behind get_all_reported_checkpoints()) raises it, in the training thread
+                self._upload_errors.append(exc)
                 failed(exc)
-                raise
+                return
             if delete_local_checkpoint_after_upload and mode is not CheckpointUploadMode.NO_UPLOAD:
                 shutil.rmtree(checkpoint.path, ignore_errors=True)
             self._hand_over(Report(rank, index, metrics, name, tmp_path, entries, validation))
@@ -198,7 +205,7 @@ class Session:
             return storage_mod.upload_dir(checkpoint.path, self.storage.fs, tmp_path, **where)
 
         if mode is CheckpointUploadMode.ASYNC:
-            self._background(lambda: deliver(upload))
+            self._background(lambda: deliver(upload, in_background=True))
         elif mode is CheckpointUploadMode.SYNC and checkpoint_upload_fn is None and storage_mod.is_local(self.storage.fs):
             # The files are in storage when report() returns; their sha256s (needed only at the
             # driver's commit) are computed in the background, off the training thread.
@@ -207,7 +214,8 @@ class Session:
             except BaseException as exc:
                 failed(exc)
                 raise
-            self._background(lambda: deliver(lambda: storage_mod.hash_local(tmp_path, copied)))
+            self._background(lambda: deliver(lambda: storage_mod.hash_local(tmp_path, copied),
+                                             in_background=True))
         else:
             deliver(upload)
 
@@ -224,6 +232,8 @@ class Session:
         return storage_mod.hash_tree(self.storage.fs, tmp_path)
 
     def _raise_upload_errors(self) -> None:
+        if self._upload_errors:
+            raise self._upload_errors.pop(0)
         done = [f for f in self._pending if f.done()]
         self._pending = [f for f in self._pending if not f.done()]
         for future in done:
@@ -257,6 +267,7 @@ class Session:
         self._pending = []
         if self._uploader is not None:
             self._uploader.shutdown()
+        self._raise_upload_errors()
 
     # -- what the driver committed ---------------------------------------------------------------
     def on_committed(self, index: int, checkpoint: Checkpoint | None, metrics: dict, removed: list[int]) -> None:
