@@ -50,16 +50,24 @@ def _pid_alive(pid: int) -> bool:
 def lease_alive(lease: dict[str, Any] | None, now: float | None = None) -> bool:
     """Whether the driver that wrote ``lease`` is alive: a fresh heartbeat, and (same host) a live pid.
     A live pid alone proves nothing: pids are reused, and a container's driver is often PID 1."""
-    if not lease:
+    age = heartbeat_age_s(lease, now)
+    if age is None or age > STALE_S:
         return False
     try:
-        age = (time.time() if now is None else now) - float(lease.get("heartbeat", 0))
         pid = int(lease.get("pid", -1))
     except (TypeError, ValueError):
         return False
-    if age > STALE_S:
-        return False
     return lease.get("host") != socket.gethostname() or _pid_alive(pid)
+
+
+def heartbeat_age_s(lease: dict[str, Any] | None, now: float | None = None) -> float | None:
+    """Seconds since ``lease``'s last heartbeat; None for no lease or a malformed one."""
+    if not lease:
+        return None
+    try:
+        return (time.time() if now is None else now) - float(lease.get("heartbeat", 0))
+    except (TypeError, ValueError):
+        return None
 
 
 def driver_alive(storage: RunStorage) -> bool:

@@ -47,12 +47,14 @@ def _driver_gone(fs: "pafs.FileSystem", run_path: str) -> str | None:
 
     try:
         with fs.open_input_stream(posixpath.join(run_path, lock.LOCK)) as f:
-            heartbeat = float(json.loads(f.read().decode()).get("heartbeat", 0))
+            lease = json.loads(f.read().decode())
     except FileNotFoundError:
         return "its lease is gone"
-    except (OSError, ValueError, TypeError, AttributeError):
+    except (OSError, ValueError):
         return None  # torn mid-write or unreadable: the driver may well be alive
-    silent_s = time.time() - heartbeat
+    silent_s = lock.heartbeat_age_s(lease) if isinstance(lease, dict) else None
+    if silent_s is None:
+        return None
     return f"no heartbeat for {silent_s:.0f} s" if silent_s > lock.STALE_S else None
 
 
