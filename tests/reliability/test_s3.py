@@ -3,6 +3,7 @@
 import json
 import os
 import time
+import uuid
 
 import pyarrow.fs as pafs
 
@@ -68,3 +69,23 @@ def test_s3_server_listens_on_loopback_and_only_on_ports_it_was_given(s3_server)
     listening = {c.laddr for c in psutil.Process(s3_server["pid"]).net_connections("inet") if c.status == "LISTEN"}
     assert listening and {ip for ip, _ in listening} == {"127.0.0.1"}, listening
     assert {port for _, port in listening} <= s3_server["ports"], listening
+
+
+def test_s3_upload_in_place_cut_short_is_swept_and_never_loaded(s3_server, tmp_path):
+    from trainkit._internal.storage import RunStorage, upload_dir
+
+    storage = RunStorage(s3_server["uri"], f"cut{uuid.uuid4().hex[:6]}")
+    storage.preflight()
+    (tmp_path / "model.bin").write_bytes(b"x" * 100)
+    assert storage.upload_path("checkpoint_000000", 0, 0, reused=False).endswith(".tmp-checkpoint_000000-0-0")
+    storage.sweep()  # what an attempt's start does: now the driver knows what storage holds
+    place = storage.upload_path("checkpoint_000000", 0, 0, reused=False)
+    assert place == storage.path("checkpoint_000000")
+    upload_dir(str(tmp_path), storage.fs, place)  # a crash here: files, no manifest
+    assert storage.committed_checkpoints() == []
+    assert storage.sweep() == ["checkpoint_000000"] and not storage.exists("checkpoint_000000")
+    storage.commit_checkpoint(place, "checkpoint_000000", [], {"index": 0})
+    storage.sweep()
+    assert storage.upload_path("checkpoint_000000", 1, 0, reused=False) != place  # committed: never written over
+    assert storage.upload_path("checkpoint_000001", 1, 1, reused=True) != storage.path("checkpoint_000001")
+    assert storage.upload_path("latest", 1, 1, reused=False) != storage.path("latest")  # sweep can't tell it's ours

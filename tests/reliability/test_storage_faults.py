@@ -7,6 +7,7 @@ tmpfs filled up, real driver SIGKILLs.
 import errno
 import json
 import os
+import posixpath
 import signal
 import socket
 import subprocess
@@ -207,6 +208,30 @@ def test_r16_s3_reused_checkpoint_name_survives_a_driver_kill_mid_commit(s3_serv
     figure("R16", f"s3://, checkpoint_dir_name reused, driver SIGKILL while the new copy replaced the old: "
                   f"rolled forward, rerun resumed at step {start} (expected 3); checkpoints lost 0")
     assert start == 3
+
+
+def test_r16_s3_driver_killed_before_committing_a_checkpoint_uploaded_in_place(s3_server, run_driver, figure):
+    """On S3 a new checkpoint is uploaded into place (no copy at the commit, bench P4-S3): killed before
+    its manifest, it is a directory without one, never loaded, and swept by the rerun."""
+    name = f"inplace{uuid.uuid4().hex[:6]}"
+    first = run_driver(s3_server["uri"], name, 4, env={"TRAINKIT_FAULT_POINT": "before_commit:index=2"})
+    assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
+    fs, run = s3_server["fs"], f"bucket/runs/{name}"
+
+    def listed():
+        return sorted(posixpath.relpath(i.path, run) for i in fs.get_file_info(
+            pafs.FileSelector(run, recursive=True)) if "checkpoint" in i.path)
+
+    assert "checkpoint_000002/blob.bin" in listed() and "checkpoint_000002/.manifest.json" not in listed()
+    assert not [p for p in listed() if p.startswith(".tmp-")], listed()  # no copy of it anywhere
+    second = run_driver(s3_server["uri"], name, 4)
+    assert second.returncode == 0, second.stderr[-3000:]
+    start = json.loads(second.stdout.strip().splitlines()[-1])["start"]
+    for checkpoint in {p.split("/")[0] for p in listed()}:
+        trainkit.Checkpoint(f"{run}/{checkpoint}", fs).verify()
+    figure("R16", f"s3://, checkpoint uploaded in place, driver SIGKILL before its manifest: rerun resumed "
+                  f"at step {start} (expected 2); every checkpoint left verifies")
+    assert start == 2
 
 
 def test_r17_s3_outage_of_10s_is_survived(own_s3_server, run_driver, figure):

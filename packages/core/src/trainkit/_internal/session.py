@@ -130,6 +130,7 @@ class Session:
         self._upload_errors: list[BaseException] = []  # failed background uploads, for report() to raise
         self._committed: dict[int, tuple[Checkpoint, dict]] = {}
         self._reported_checkpoints: list[int] = []
+        self._checkpoint_names: set[str] = set()  # taken by this attempt's reports (see RunStorage.upload_path)
         self._removed: set[int] = set()  # committed, then deleted by CheckpointConfig(num_to_keep)
         self._validated_reports: set[int] = set()  # report indices whose checkpoint has a validation
         self._commit_cond = threading.Condition()
@@ -161,7 +162,8 @@ class Session:
             self._hand_over(Report(rank, index, metrics))
             return
         name = checkpoint_dir_name or f"checkpoint_{index:06d}"
-        tmp_path = self.storage.tmp_checkpoint_path(name, self.context.attempt, index)
+        tmp_path = self.storage.upload_path(name, self.context.attempt, index, reused=name in self._checkpoint_names)
+        self._checkpoint_names.add(name)
         if delete_local_checkpoint_after_upload is None:
             delete_local_checkpoint_after_upload = mode is CheckpointUploadMode.ASYNC
         self._reported_checkpoints.append(index)

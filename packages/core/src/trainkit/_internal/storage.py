@@ -11,7 +11,9 @@ Layout of ``<storage_path>/<name>/``::
 Commit: every rank writes into the temporary directory; the driver writes the manifest and then
 renames the directory into place (local and shared filesystems). Object stores cannot rename a
 directory, so there the files are copied into place and the manifest is written last: a
-checkpoint directory without a manifest is never loaded and is swept.
+checkpoint directory without a manifest is never loaded and is swept. A default-named checkpoint
+(``checkpoint_000004``) that is not in storage yet skips the copy on object stores: the ranks upload
+straight into place and the commit is the manifest alone (``upload_path``).
 
 pyarrow is imported lazily, so ``import trainkit`` stays light.
 """
@@ -259,6 +261,9 @@ class RunStorage:
         self.name = name
         self.fs, self.root = resolve_filesystem(storage_path or default_storage_path(), filesystem)
         self.run_path = posixpath.join(self.root.rstrip("/"), name)
+        # Directories in the run directory after the last sweep (None: not swept yet), travelling
+        # with this object to the workers: where an upload in place must not go.
+        self.swept_dirs: frozenset[str] | None = None
 
     def __repr__(self) -> str:
         return f"RunStorage({redact(self.run_path)!r})"
@@ -275,6 +280,17 @@ class RunStorage:
         """Where report ``index`` of ``attempt`` uploads: unique even when a name is reported again."""
         validate_name("checkpoint_dir_name", checkpoint_name)
         return self.path(f"{TMP_PREFIX}{checkpoint_name}-{attempt}-{index}")
+
+    def upload_path(self, checkpoint_name: str, attempt: int, index: int, reused: bool) -> str:
+        """Where the ranks upload report ``index``'s checkpoint: its temporary directory, or on an
+        object store (which would copy every byte again at the commit) the checkpoint's own place
+        when nothing can be there: a default name (``sweep`` deletes such a directory left without
+        a manifest by a crash) that the last sweep did not find and that no earlier report of this
+        attempt took (``reused``). The manifest, written last by the commit, still makes it one."""
+        if (self.renames_atomically or reused or self.swept_dirs is None or checkpoint_name in self.swept_dirs
+                or not _CHECKPOINT_DIR.fullmatch(checkpoint_name)):
+            return self.tmp_checkpoint_path(checkpoint_name, attempt, index)
+        return self.path(checkpoint_name)
 
     # -- plain files ---------------------------------------------------------------------------
     def preflight(self) -> None:
@@ -367,6 +383,8 @@ class RunStorage:
         with_retries("create", tmp_path, lambda: self.fs.create_dir(tmp_path, recursive=True))
         faults.point("before_commit", index=report.get("index"))
         with_retries("write manifest", tmp_path, lambda: self._write_manifest(tmp_path, manifest))
+        if tmp_path == final:  # uploaded in place (upload_path): the manifest was the commit
+            return final
         faults.point("before_rename", index=report.get("index"))
         self._install(tmp_path, final, manifest)
         return final
@@ -454,6 +472,8 @@ class RunStorage:
             if info.type == _file_type().Directory and info.base_name.startswith(TMP_PREFIX) and _exists(self.fs, info.path):
                 self.delete_dir(info.path)
                 swept.append(info.base_name)
+        self.swept_dirs = frozenset({i.base_name for i in entries if i.type == _file_type().Directory} - set(swept)
+                                    | set(recorded))  # rolled forward or not, a recorded name is taken
         return swept
 
     def _roll_forward(self, tmp_dirs: list[str], recorded: set[str]) -> list[str]:
