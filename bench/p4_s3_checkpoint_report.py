@@ -10,6 +10,7 @@ Target (issue 23): report() SYNC <= 1.3x the plain copy.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import statistics
@@ -79,11 +80,8 @@ def main() -> None:
     server.start()
     try:
         settings = server.settings()
-        try:
-            import boto3  # noqa: F401
-            boto = {k: settings[k] for k in ("endpoint", "access_key", "secret_key")}
-        except ImportError:
-            boto = None
+        boto = {k: settings[k] for k in ("endpoint", "access_key", "secret_key")} \
+            if importlib.util.find_spec("boto3") else None
         result = trainkit.DataParallelTrainer(
             measure, train_loop_config={"repeats": args.repeats, "scratch": scratch, "boto3": boto},
             scaling_config=trainkit.ScalingConfig(num_workers=1),
