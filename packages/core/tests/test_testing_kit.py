@@ -46,6 +46,27 @@ def test_leak_guards_fail_the_leaking_tests(run_tests):
                                  "*leaked threads: leaker*", "*leaked processes:", "*sleep 60"])
 
 
+def test_env_guard_does_not_depend_on_which_test_first_imports_a_framework(run_tests, pytester):
+    pytester.makepyfile(fw_sets_env="import os\nos.environ['FW_HOME'] = '/opt/fw'  # as some frameworks do\n")
+    result = run_tests("""
+        import os, pytest
+
+        @pytest.fixture
+        def preimported_modules(preimported_modules):
+            return (*preimported_modules, "fw_sets_env")
+
+        def test_imports_it_first(no_leaked_env):
+            import fw_sets_env
+
+        def test_leaks_per_run(no_leaked_env):
+            import fw_sets_env
+            os.environ["FW_RUN"] = "1"
+    """)
+    result.assert_outcomes(passed=2, errors=1)  # the leak errors in the guard's teardown
+    result.stdout.fnmatch_lines(["*ERROR at teardown of test_leaks_per_run*",
+                                 "*leaked environment variables: FW_RUN (restored)*"])
+
+
 def test_requires_skips_with_a_reason_naming_what_is_missing(run_tests):
     result = run_tests("""
         from trainkit.testing import requires

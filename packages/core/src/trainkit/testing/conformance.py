@@ -70,7 +70,7 @@ def _ranks_fn(config: dict) -> None:
     rank = ctx.get_world_rank()
     trainkit.report({"world_rank": rank, "local_rank": ctx.get_local_rank(), "node_rank": ctx.get_node_rank(),
                      "world_size": ctx.get_world_size(), "local_world_size": ctx.get_local_world_size(),
-                     "framework_rank": config["framework_rank"](),
+                     "framework_rank": int(config["framework_rank"]()),
                      "gathered": [float(v) for v in config["all_gather"](float(rank))]})
 
 
