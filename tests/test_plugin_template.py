@@ -28,3 +28,11 @@ def test_template_python_parses_and_marks_what_to_fill_in():
             ast.parse((TEMPLATE / name).read_text(), filename=name)
     todos = sum((TEMPLATE / name).read_text().count("TODO") for name in _files(TEMPLATE))
     assert todos >= 5
+
+
+def test_renaming_the_template_leaves_the_framework_name_a_todo():
+    """The documented sed replaces the plugin's name; the framework's distribution is another name."""
+    text = (TEMPLATE / "src" / "trainkit_myframework" / "_plugin.py").read_text()
+    renamed = text.replace("myframework", "foo").replace("MyFramework", "Foo")
+    (line,) = [line for line in renamed.splitlines() if line.startswith("FRAMEWORK =")]
+    assert "TODO" in line and '"foo"' not in line

@@ -101,10 +101,21 @@ def test_unknown_backend_lists_installed_and_suggests_package(site):
     assert "installed but skipped" in out and "<1.0" in out
     out = subprocess.run([sys.executable, "-c", code.replace("'oldfw'", "'tyo'")], env=env, capture_output=True,
                          text=True, check=True).stdout
-    assert "Did you mean 'toy'?" in out and "pip install" not in out  # no trainkit-tyo exists
+    assert "Did you mean 'toy'?" in out and "pip install trainkit-tyo" not in out  # no trainkit-tyo exists
     out = subprocess.run([sys.executable, "-c", code.replace("'oldfw'", "'nosuchfw'")], env=env, capture_output=True,
                          text=True, check=True).stdout
-    assert "Unknown backend 'nosuchfw'" in out and "pip install" not in out
+    assert "Unknown backend 'nosuchfw'" in out and "pip install trainkit-nosuchfw" not in out
+    # the backend may be a plugin's that did not load under another entry name: every reason is shown
+    assert "Plugin toy-nofw (entry point 'nofw') skipped: no-such-framework is not installed" in out
+    assert "Plugin toy-broken (entry point 'broken') error: ImportError: boom at import." in out
+
+
+def test_a_plugin_that_fails_is_logged_with_its_traceback(site):
+    code = "import logging\nlogging.basicConfig()\nfrom trainkit._internal.plugins import get_plugins\nget_plugins()\n"
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    err = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stderr
+    assert "trainkit plugin 'broken' failed and was skipped: ImportError: boom at import" in err
+    assert "Traceback (most recent call last)" in err and "toy_broken_plugin.py" in err
 
 
 def test_cli_lists_plugins(site):

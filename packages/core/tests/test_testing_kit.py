@@ -1,8 +1,11 @@
 """trainkit.testing catches what it claims to: leak guards fail leaking tests, the requirements
-marker skips with a readable reason, and the conformance suite fails a backend that does not
-communicate."""
+marker skips with a readable reason, and the conformance suite fails a plugin with a seeded mistake
+(reversed ranks, a no-op teardown, a broken Trainer, no communication) and passes the correct one."""
 
+import os
 import textwrap
+from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -43,6 +46,27 @@ def test_leak_guards_fail_the_leaking_tests(run_tests):
                                  "*leaked threads: leaker*", "*leaked processes:", "*sleep 60"])
 
 
+def test_env_guard_does_not_depend_on_which_test_first_imports_a_framework(run_tests, pytester):
+    pytester.makepyfile(fw_sets_env="import os\nos.environ['FW_HOME'] = '/opt/fw'  # as some frameworks do\n")
+    result = run_tests("""
+        import os, pytest
+
+        @pytest.fixture
+        def preimported_modules(preimported_modules):
+            return (*preimported_modules, "fw_sets_env")
+
+        def test_imports_it_first(no_leaked_env):
+            import fw_sets_env
+
+        def test_leaks_per_run(no_leaked_env):
+            import fw_sets_env
+            os.environ["FW_RUN"] = "1"
+    """)
+    result.assert_outcomes(passed=2, errors=1)  # the leak errors in the guard's teardown
+    result.stdout.fnmatch_lines(["*ERROR at teardown of test_leaks_per_run*",
+                                 "*leaked environment variables: FW_RUN (restored)*"])
+
+
 def test_requires_skips_with_a_reason_naming_what_is_missing(run_tests):
     result = run_tests("""
         from trainkit.testing import requires
@@ -69,18 +93,104 @@ def test_requires_rejects_a_bad_specifier():
         requires(torch="2.x")
 
 
-def test_backend_conformance_fails_a_backend_that_does_not_communicate(run_tests):
+TOY = Path(__file__).parent / "conformance_toy"  # toyfw and its plugin, trainkit-toyfw
+
+
+def _install_toy_plugin(site: Path, monkeypatch, module: str = "trainkit_toyfw") -> None:
+    """trainkit-toyfw as an installed distribution with its entry point, for the subprocess and its workers."""
+    info = site / "trainkit_toyfw-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: trainkit-toyfw\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[trainkit.plugins]\ntoy = {module}\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(TOY), os.environ.get("PYTHONPATH", "")]))
+
+
+def test_backend_conformance_fails_each_seeded_mistake_and_passes_the_correct_plugin(run_tests, tmp_path,
+                                                                                     monkeypatch):
+    _install_toy_plugin(tmp_path / "site", monkeypatch)
+    report = tmp_path / "report.xml"
     result = run_tests("""
+        import trainkit
         from trainkit import BackendConfig
         from trainkit.testing import BackendConformance
+        import trainkit_toyfw as toy
 
-        class TestNoCommunication(BackendConformance):
+        def framework_rank():
+            import toyfw  # imported on first use, as a framework is: the env guard must not mind
+            return toyfw.get_rank()
+
+        def all_gather(value):
+            import toyfw
+            return toyfw.all_gather(value)
+
+        def is_initialized():
+            import toyfw
+            return toyfw.is_initialized()
+
+        class Toy(BackendConformance):
+            framework_modules = ("toyfw",)
+            framework_rank, all_gather, is_initialized = map(staticmethod, (framework_rank, all_gather, is_initialized))
+
+        class TestToy(Toy):
+            backend_config = toy.ToyConfig()
+
+        class TestReversedRanks(Toy):
+            backend_config = toy.ReversedRanksConfig()
+
+        class TestNoTeardown(Toy):
+            backend_config = toy.NoTeardownConfig()
+
+        class TestBrokenTrainer(Toy):
+            backend_config = toy.BrokenTrainerConfig()
+
+        class TestNoCommunication(Toy):  # each rank keeps its own value
             backend_config = BackendConfig()
-            all_reduce_sum = staticmethod(lambda value: value)   # each rank keeps its own value
-    """, "-k", "ranks or collective", "--timeout=240")
-    result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*TestNoCommunication.test_collective_communicates_across_workers*",
-                                 "*assert ?1.0, 2.0? == ?3.0, 3.0?*"])  # each rank saw only its own value
+            framework_rank = staticmethod(lambda: trainkit.get_context().get_world_rank())
+            all_gather = staticmethod(lambda value: [value])
+    """, "-k", "TestToy or (ReversedRanks and ranks_and) or (NoTeardown and (shutdown or local)) "
+               "or (BrokenTrainer and registered) or (NoCommunication and ranks_and)",
+         f"--junitxml={report}", "--timeout=300")
+    outcomes = {}
+    for case in ElementTree.parse(report).iter("testcase"):
+        problem = case.find("failure") if case.find("failure") is not None else case.find("error")
+        key = f"{case.get('classname').rsplit('.', 1)[-1]}.{case.get('name')}"
+        outcomes[key] = outcomes.get(key, "") + ("" if problem is None else f" {problem.tag}: {problem.get('message')}")
+    passed = sorted(k for k, v in outcomes.items() if not v)
+    assert passed == [f"TestToy.test_{name}" for name in (
+        "failure_on_one_rank_surfaces_with_its_rank", "framework_ranks_and_collective_follow_trainkit_ranks",
+        "loading_plugins_imports_no_framework", "local_mode", "registered_trainers_fit",
+        "shutdown_tears_the_framework_down_and_is_repeatable")], result.stdout.str()[-6000:]
+    expected = {
+        "TestReversedRanks.test_framework_ranks_and_collective_follow_trainkit_ranks":
+            "TestReversedRanks: on trainkit rank 0 framework_rank() returned 1, expected 0",
+        "TestNoTeardown.test_shutdown_tears_the_framework_down_and_is_repeatable":
+            "run 1: is_initialized() is still true on rank(s) [0, 1] after ToyBackend.on_shutdown",
+        "TestNoTeardown.test_local_mode": "is_initialized() is still true in the driver after local mode ended",
+        "TestBrokenTrainer.test_registered_trainers_fit":
+            "the registered BrokenTrainer.fit() failed: ",
+        "TestNoCommunication.test_framework_ranks_and_collective_follow_trainkit_ranks":
+            "TestNoCommunication: on rank 0 all_gather(rank) returned [0.0], expected [0.0, 1.0]",
+    }
+    for test, message in expected.items():
+        assert message in outcomes[test], (test, outcomes[test])
+    assert "toyfw is not initialized" in outcomes["TestBrokenTrainer.test_registered_trainers_fit"]
+    # a backend that leaks env in the driver is still caught, though toyfw sets a variable at import
+    assert "leaked environment variables: TOYFW_LOCAL (restored)" in outcomes["TestNoTeardown.test_local_mode"]
+
+
+def test_a_missing_backend_names_the_plugin_loaders_reason(run_tests, tmp_path, monkeypatch):
+    _install_toy_plugin(tmp_path / "site", monkeypatch, module="trainkit_toyfw_typo")  # a typo in the entry point
+    result = run_tests("""
+        from trainkit.testing import BackendConformance
+        import trainkit_toyfw as toy
+
+        class TestToy(BackendConformance):
+            backend_config = toy.ToyConfig()
+            framework_modules = ("toyfw",)
+    """, "-k", "loading_plugins or local_mode")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines_random(["*no loaded plugin registers ToyConfig*Plugin trainkit-toyfw (entry point "
+                                        "'toy') error: ModuleNotFoundError: No module named 'trainkit_toyfw_typo'*"] * 2)
 
 
 def test_requires_gpus_marks_the_test_for_the_gpu_session(run_tests):

@@ -6,13 +6,23 @@ from trainkit.testing import BackendConformance
 from trainkit_hf import HFConfig
 
 
-def all_reduce_sum(value: float) -> float:
-    tensor = torch.tensor([value], dtype=torch.float64)
-    torch.distributed.all_reduce(tensor)  # the process group Transformers, Accelerate and DeepSpeed join
-    return tensor.item()
+def framework_rank() -> int:  # the group Transformers, Accelerate and DeepSpeed join
+    return torch.distributed.get_rank()
+
+
+def all_gather(value: float) -> list[float]:
+    gathered = [torch.zeros(1, dtype=torch.float64) for _ in range(torch.distributed.get_world_size())]
+    torch.distributed.all_gather(gathered, torch.tensor([value], dtype=torch.float64))
+    return [t.item() for t in gathered]
+
+
+def is_initialized() -> bool:
+    return torch.distributed.is_initialized()
 
 
 class TestHFBackend(BackendConformance):
     backend_config = HFConfig()
     framework_modules = ("torch", "transformers", "accelerate", "deepspeed", "datasets")
-    all_reduce_sum = staticmethod(all_reduce_sum)
+    framework_rank = staticmethod(framework_rank)
+    all_gather = staticmethod(all_gather)
+    is_initialized = staticmethod(is_initialized)

@@ -1,5 +1,7 @@
-"""trainkit-horovod against trainkit.testing's conformance suite: the sum goes through Horovod's
-own Gloo all-reduce."""
+"""trainkit-horovod against trainkit.testing's conformance suite: the all-gather goes through Horovod's
+own Gloo collectives."""
+
+import os
 
 import pytest
 import torch
@@ -10,14 +12,30 @@ pytest.importorskip("horovod", reason="Horovod is built, not pip-installed: nox 
 from trainkit_horovod import HorovodConfig  # noqa: E402
 
 
-def all_reduce_sum(value: float) -> float:
+def _hvd():
     import horovod.torch as hvd
 
     hvd.init()  # a no-op once initialized
-    return hvd.allreduce(torch.tensor([value]), op=hvd.Sum).item()  # unnamed: matched by call order
+    return hvd
+
+
+def framework_rank() -> int:
+    return _hvd().rank()
+
+
+def all_gather(value: float) -> list[float]:
+    return [float(v) for v in _hvd().allgather(torch.tensor([value], dtype=torch.float64))]  # by call order
+
+
+def is_initialized() -> bool:
+    import horovod.torch as hvd
+
+    return hvd.is_initialized() or any(key.startswith("HOROVOD_") for key in os.environ)
 
 
 class TestHorovodBackend(BackendConformance):
     backend_config = HorovodConfig()
     framework_modules = ("horovod", "torch")
-    all_reduce_sum = staticmethod(all_reduce_sum)
+    framework_rank = staticmethod(framework_rank)
+    all_gather = staticmethod(all_gather)
+    is_initialized = staticmethod(is_initialized)

@@ -6,17 +6,35 @@ from trainkit.testing import BackendConformance, CheckpointConformance
 from trainkit_jax import JaxCheckpointIO, JaxConfig
 
 
-def all_reduce_sum(value: float) -> float:
-    """JAX's own cross-process collective."""
+def framework_rank() -> int:
+    import jax
+
+    return jax.process_index()
+
+
+def all_gather(value: float) -> list[float]:
+    """JAX's own cross-process collective, stacked in process order."""
     from jax.experimental import multihost_utils
 
-    return float(np.sum(multihost_utils.process_allgather(np.array([value]))))
+    return [float(v) for v in np.asarray(multihost_utils.process_allgather(np.array([value]))).reshape(-1)]
+
+
+def is_initialized() -> bool:
+    import jax
+
+    if hasattr(jax.distributed, "is_initialized"):  # JAX >= 0.4.36
+        return jax.distributed.is_initialized()
+    from jax._src import distributed
+
+    return distributed.global_state.client is not None
 
 
 class TestJaxBackend(BackendConformance):
     backend_config = JaxConfig()
     framework_modules = ("jax", "jaxlib")
-    all_reduce_sum = staticmethod(all_reduce_sum)
+    framework_rank = staticmethod(framework_rank)
+    all_gather = staticmethod(all_gather)
+    is_initialized = staticmethod(is_initialized)
 
 
 class TestJaxCheckpointIO(CheckpointConformance):

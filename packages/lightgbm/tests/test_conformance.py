@@ -1,17 +1,19 @@
 """trainkit-lightgbm against trainkit.testing's conformance suites.
 
-LightGBM exposes no collective to Python, so the sum goes through its own network: every rank
-trains one round on a single row labelled ``value``; with ``boost_from_average`` the model starts
-from the label mean over all machines, which LightGBM computes with an all-reduce."""
+LightGBM exposes no collective to Python, so sums go through its own network: every rank trains
+one round on a single row labelled ``value``; with ``boost_from_average`` the model starts from
+the label mean over all machines, which LightGBM computes with an all-reduce. An all-gather is one
+such sum per rank, each rank filling the slot of its LightGBM rank."""
 
 import lightgbm
 import numpy as np
 
+import trainkit
 from trainkit.testing import BackendConformance, CheckpointConformance
 from trainkit_lightgbm import LightGBMCheckpointIO, LightGBMConfig, get_network_params
 
 
-def all_reduce_sum(value: float) -> float:
+def _network_sum(value: float) -> float:
     params = {"objective": "regression", "tree_learner": "data", "pre_partition": True, "boost_from_average": True,
               "min_data_in_leaf": 1, "min_data_in_bin": 1, "learning_rate": 1e-12, "num_threads": 1, "verbose": -1,
               **get_network_params()}
@@ -21,10 +23,28 @@ def all_reduce_sum(value: float) -> float:
     return round(mean * params["num_machines"], 6)
 
 
+def framework_rank() -> int:
+    """LightGBM takes its rank from where its own address is in ``machines``."""
+    params = get_network_params()
+    ports = [machine.rsplit(":", 1)[1] for machine in params["machines"].split(",")]
+    return ports.index(str(params["local_listen_port"]))
+
+
+def all_gather(value: float) -> list[float]:
+    rank, size = framework_rank(), trainkit.get_context().get_world_size()
+    return [_network_sum(value if slot == rank else 0.0) for slot in range(size)]  # one sum per rank's slot
+
+
+def is_initialized() -> bool:
+    return bool(get_network_params())  # empty once the worker left LightGBM's network
+
+
 class TestLightGBMBackend(BackendConformance):
     backend_config = LightGBMConfig()
     framework_modules = ("lightgbm",)
-    all_reduce_sum = staticmethod(all_reduce_sum)
+    framework_rank = staticmethod(framework_rank)
+    all_gather = staticmethod(all_gather)
+    is_initialized = staticmethod(is_initialized)
 
 
 class TestLightGBMCheckpointIO(CheckpointConformance):

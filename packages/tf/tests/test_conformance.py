@@ -2,6 +2,7 @@
 collectives under MultiWorkerMirroredStrategy)."""
 
 import functools
+import os
 
 import numpy as np
 
@@ -16,20 +17,31 @@ def strategy():
     return tf.distribute.MultiWorkerMirroredStrategy()  # once per process: TensorFlow's collectives start once
 
 
-def all_reduce_sum(value: float) -> float:
+def framework_rank() -> int:
+    return strategy().cluster_resolver.task_id
+
+
+def all_gather(value: float) -> list[float]:
     import tensorflow as tf
 
     @tf.function
-    def reduce():
-        return strategy().run(lambda: tf.distribute.get_replica_context().all_reduce("SUM", tf.constant(value)))
+    def gather():
+        return strategy().run(
+            lambda: tf.distribute.get_replica_context().all_gather(tf.constant([value], tf.float32), axis=0))
 
-    return float(strategy().experimental_local_results(reduce())[0])
+    return [float(v) for v in strategy().experimental_local_results(gather())[0].numpy()]
+
+
+def is_initialized() -> bool:
+    return "TF_CONFIG" in os.environ  # TensorFlow's collectives can't be shut down; the backend's cluster env can
 
 
 class TestTensorflowBackend(BackendConformance):
     backend_config = TensorflowConfig()
     framework_modules = ("tensorflow", "keras", "tf_keras")
-    all_reduce_sum = staticmethod(all_reduce_sum)
+    framework_rank = staticmethod(framework_rank)
+    all_gather = staticmethod(all_gather)
+    is_initialized = staticmethod(is_initialized)
 
 
 class TestKerasCheckpointIO(CheckpointConformance):

@@ -6,16 +6,26 @@ from trainkit.testing import BackendConformance, CheckpointConformance
 from trainkit_torch import TorchCheckpointIO, TorchConfig
 
 
-def all_reduce_sum(value: float) -> float:
-    tensor = torch.tensor([value], dtype=torch.float64)
-    torch.distributed.all_reduce(tensor)
-    return tensor.item()
+def framework_rank() -> int:
+    return torch.distributed.get_rank()
+
+
+def all_gather(value: float) -> list[float]:
+    gathered = [torch.zeros(1, dtype=torch.float64) for _ in range(torch.distributed.get_world_size())]
+    torch.distributed.all_gather(gathered, torch.tensor([value], dtype=torch.float64))
+    return [t.item() for t in gathered]
+
+
+def is_initialized() -> bool:
+    return torch.distributed.is_initialized()
 
 
 class TestTorchBackend(BackendConformance):
     backend_config = TorchConfig()
     framework_modules = ("torch",)
-    all_reduce_sum = staticmethod(all_reduce_sum)
+    framework_rank = staticmethod(framework_rank)
+    all_gather = staticmethod(all_gather)
+    is_initialized = staticmethod(is_initialized)
 
 
 class TestTorchCheckpointIO(CheckpointConformance):

@@ -8,14 +8,30 @@ from trainkit.testing import BackendConformance, CheckpointConformance
 from trainkit_xgboost import XGBoostCheckpointIO, XGBoostConfig
 
 
-def all_reduce_sum(value: float) -> float:
-    return float(collective.allreduce(np.array([value]), collective.Op.SUM)[0])
+def framework_rank() -> int:
+    return collective.get_rank()
+
+
+def all_gather(value: float) -> list[float]:
+    slots = np.zeros(collective.get_world_size())  # each rank fills its own slot of a sum
+    slots[collective.get_rank()] = value
+    return [float(v) for v in collective.allreduce(slots, collective.Op.SUM)]
+
+
+def is_initialized() -> bool:
+    """XGBoost's communicator lives in the training thread; what would outlive it is the backend's
+    part: the communicator's arguments a next training function joins with, and rank 0's tracker."""
+    from trainkit_xgboost import backend
+
+    return backend._communicator_args is not None or backend._tracker is not None
 
 
 class TestXGBoostBackend(BackendConformance):
     backend_config = XGBoostConfig()
     framework_modules = ("xgboost",)
-    all_reduce_sum = staticmethod(all_reduce_sum)
+    framework_rank = staticmethod(framework_rank)
+    all_gather = staticmethod(all_gather)
+    is_initialized = staticmethod(is_initialized)
 
 
 class TestXGBoostCheckpointIO(CheckpointConformance):

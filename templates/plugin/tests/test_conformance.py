@@ -5,16 +5,31 @@ from trainkit.testing import BackendConformance, CheckpointConformance
 from trainkit_myframework import MyFrameworkCheckpointIO, MyFrameworkConfig
 
 
-def all_reduce_sum(value: float) -> float:
-    import myframework  # TODO: sum value over all ranks with the framework's collective
+# The three functions run on the workers and must ask the framework itself, never trainkit.
+def framework_rank() -> int:
+    import myframework  # TODO: this worker's rank as the framework reports it
 
-    return float(myframework.all_reduce(value))
+    return myframework.rank()
+
+
+def all_gather(value: float) -> list[float]:
+    import myframework  # TODO: every rank's value, in rank order, with the framework's own collective
+
+    return [float(v) for v in myframework.all_gather(value)]
+
+
+def is_initialized() -> bool:
+    import myframework  # TODO: whether the framework's communication is still set up in this process
+
+    return myframework.is_initialized()
 
 
 class TestMyFrameworkBackend(BackendConformance):
     backend_config = MyFrameworkConfig()
     framework_modules = ("myframework",)  # TODO: your framework's top-level modules
-    all_reduce_sum = staticmethod(all_reduce_sum)
+    framework_rank = staticmethod(framework_rank)
+    all_gather = staticmethod(all_gather)
+    is_initialized = staticmethod(is_initialized)
 
 
 class TestMyFrameworkCheckpointIO(CheckpointConformance):

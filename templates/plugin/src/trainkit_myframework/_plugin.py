@@ -9,7 +9,7 @@ from trainkit_myframework.config import MyFrameworkConfig
 
 # The distribution of your framework: the plugin is skipped, with a reason, when it is missing or
 # outside the range this distribution's pyproject declares.
-FRAMEWORK = "myframework"
+FRAMEWORK = "TODO-framework-distribution"  # TODO: e.g. "torch"; the plugin's name is replaced, not this
 
 
 @hookimpl

@@ -107,7 +107,13 @@ class Plugins:
     @staticmethod
     def _fail(info: PluginInfo, exc: BaseException) -> None:
         info.status, info.reason = "error", f"{type(exc).__name__}: {exc}"
-        logger.warning("trainkit plugin %r failed and was skipped: %s", info.name, info.reason)
+        logger.warning("trainkit plugin %r failed and was skipped: %s", info.name, info.reason, exc_info=exc)
+
+    def not_loaded(self) -> str:
+        """Why each plugin that is not disabled did not load, e.g. "Plugin trainkit-foo (entry point
+        'foo') skipped: foo is not installed"; "" when all of them loaded."""
+        return " ".join(f"Plugin {i.distribution or i.name} (entry point {i.name!r}) {i.status}: {i.reason}."
+                        for i in self.infos.values() if i.status in ("skipped", "error"))
 
     def backend(self, name: str) -> BackendEntry:
         if name in self.backends.entries:
@@ -122,6 +128,8 @@ class Plugins:
             message += f" Did you mean {nearest[0]!r}?"
         elif name in first_party_plugins():
             message += f" To add it: pip install {first_party_plugins()[name]}"
+        if info is None and (problems := self.not_loaded()):
+            message += f" {problems}"  # the backend may be one of theirs (an entry name need not match it)
         raise UnknownBackendError(message)
 
 

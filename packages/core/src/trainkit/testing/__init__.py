@@ -7,6 +7,8 @@ Fixtures:
     run_config            a factory of quiet ``RunConfig`` objects writing under ``tmp_path``
     free_port             a free TCP port (``find_free_port()`` outside fixtures)
     no_leaked_env         fails a test that changes the test process's environment variables
+    preimported_modules   what no_leaked_env imports before its snapshot (override it for a framework
+                          that sets variables when imported)
     no_leaked_threads     fails a test that leaves threads running
     no_leaked_processes   fails a test that leaves child processes running
 
@@ -23,6 +25,7 @@ from trainkit.testing.fixtures import (
     no_leaked_env,
     no_leaked_processes,
     no_leaked_threads,
+    preimported_modules,
     ray_cluster,
     run_config,
     simulated_cluster,
@@ -38,6 +41,7 @@ __all__ = [
     "no_leaked_env",
     "no_leaked_processes",
     "no_leaked_threads",
+    "preimported_modules",
     "ray_cluster",
     "requires",
     "run_config",

@@ -2,18 +2,27 @@
 must pass, run with real Ray workers.
 
 Example (in a plugin's ``tests/test_conformance.py``, with ``pytest_plugins = ["trainkit.testing"]``
-in its ``conftest.py``)::
+in its ``conftest.py``); the three functions run on the workers::
 
     from trainkit.testing import BackendConformance, CheckpointConformance
 
-    def all_reduce_sum(value: float) -> float:      # runs on every worker, inside the training fn
-        tensor = torch.tensor([value])
-        torch.distributed.all_reduce(tensor)
-        return tensor.item()
+    def framework_rank() -> int:                    # inside the training function
+        return torch.distributed.get_rank()
+
+    def all_gather(value: float) -> list[float]:    # inside the training function, on every rank
+        gathered = [torch.zeros(1, dtype=torch.float64) for _ in range(torch.distributed.get_world_size())]
+        torch.distributed.all_gather(gathered, torch.tensor([value], dtype=torch.float64))
+        return [t.item() for t in gathered]
+
+    def is_initialized() -> bool:                   # after Backend.on_shutdown
+        return torch.distributed.is_initialized()
 
     class TestTorchBackend(BackendConformance):
         backend_config = TorchConfig()
-        all_reduce_sum = staticmethod(all_reduce_sum)
+        framework_modules = ("torch",)
+        framework_rank = staticmethod(framework_rank)
+        all_gather = staticmethod(all_gather)
+        is_initialized = staticmethod(is_initialized)
 
     class TestTorchCheckpointIO(CheckpointConformance):
         checkpoint_io = TorchCheckpointIO()
@@ -27,6 +36,7 @@ in its ``conftest.py``)::
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -42,6 +52,7 @@ from trainkit import (BackendConfig, Checkpoint, CheckpointCorruptError, Checkpo
 __all__ = ["BackendConformance", "CheckpointConformance"]
 
 _GUARDS = pytest.mark.usefixtures("ray_cluster", "no_leaked_env", "no_leaked_threads", "no_leaked_processes")
+_LOCAL_GUARDS = pytest.mark.usefixtures("no_leaked_env", "no_leaked_threads", "no_leaked_processes")
 
 
 class _Collect(trainkit.UserCallback):
@@ -54,41 +65,79 @@ class _Collect(trainkit.UserCallback):
         self.reports.append(metrics)
 
 
-def _identity_fn(config: dict) -> None:
+def _ranks_fn(config: dict) -> None:
     ctx = trainkit.get_context()
-    trainkit.report({"world_rank": ctx.get_world_rank(), "local_rank": ctx.get_local_rank(),
-                     "node_rank": ctx.get_node_rank(), "world_size": ctx.get_world_size(),
-                     "local_world_size": ctx.get_local_world_size()})
-
-
-def _all_reduce_fn(config: dict) -> None:
-    all_reduce_sum = config["all_reduce_sum"]
-    rank, size = trainkit.get_context().get_world_rank(), trainkit.get_context().get_world_size()
-    total = all_reduce_sum(float(rank + 1))
-    # A second round proves every rank, not just rank 0, got the right sum.
-    agreed = all_reduce_sum(1.0 if total == size * (size + 1) / 2 else 0.0)
-    trainkit.report({"total": total, "agreed": agreed})
+    rank = ctx.get_world_rank()
+    trainkit.report({"world_rank": rank, "local_rank": ctx.get_local_rank(), "node_rank": ctx.get_node_rank(),
+                     "world_size": ctx.get_world_size(), "local_world_size": ctx.get_local_world_size(),
+                     "framework_rank": int(config["framework_rank"]()),
+                     "gathered": [float(v) for v in config["all_gather"](float(rank))]})
 
 
 def _failing_fn(config: dict) -> None:
-    config["all_reduce_sum"](1.0)  # the backend is up and communicating before the failure
+    config["all_gather"](1.0)  # the backend is up and communicating before the failure
     rank = trainkit.get_context().get_world_rank()
     if rank == config["failing_rank"]:
         raise ValueError(f"conformance: rank {rank} fails on purpose")
     trainkit.report({"rank": rank})
 
 
+def _local_fn(config: dict) -> None:
+    ctx = trainkit.get_context()
+    trainkit.report({"world_rank": ctx.get_world_rank(), "world_size": ctx.get_world_size()})
+
+
+def _check_ranks(metrics: list[dict], n: int, trainer: str) -> None:
+    """Every rank's report of ``_ranks_fn``: trainkit's ranks, the framework's, and an all-gather in order."""
+    assert len(metrics) == n, f"{trainer}: {len(metrics)} rank(s) reported, expected {n}"
+    for rank, m in enumerate(metrics):
+        assert m["world_rank"] == rank and m["world_size"] == n, f"{trainer}: rank {rank} reported {m}"
+        assert m["framework_rank"] == rank, (
+            f"{trainer}: on trainkit rank {rank} framework_rank() returned {m['framework_rank']}, expected {rank}: "
+            "the backend must give each worker the framework rank trainkit.get_context().get_world_rank() says")
+        assert m["gathered"] == [float(r) for r in range(n)], (
+            f"{trainer}: on rank {rank} all_gather(rank) returned {m['gathered']}, expected "
+            f"{[float(r) for r in range(n)]} (every rank's value, in rank order, on every rank)")
+    assert sorted((m["node_rank"], m["local_rank"]) for m in metrics) == [(0, r) for r in range(n)], metrics
+    assert all(m["local_world_size"] == n for m in metrics), metrics
+
+
+def _entry_for(config_cls: type) -> Any:
+    """The registry entry of ``config_cls``; if none, why: the plugins that did not load."""
+    from trainkit._internal.plugins import get_plugins
+
+    plugins = get_plugins()
+    entry = next((e for e in plugins.backends.entries.values() if e.config_cls is config_cls), None)
+    assert entry is not None, (f"no loaded plugin registers {config_cls.__name__} "
+                               f"(registry.register(name, {config_cls.__name__}, Trainer)). {plugins.not_loaded()}")
+    return entry
+
+
 class BackendConformance:
     """What every backend must do on real Ray workers. Subclass it as ``Test<Name>Backend`` and set:
 
-    ``backend_config``  an instance of the plugin's ``BackendConfig``
-    ``all_reduce_sum``  a staticmethod ``(value: float) -> float`` that sums ``value`` over all ranks
-                        with the framework's own collective; runs inside the training function.
-    ``framework_modules``  the framework's top-level modules, which loading plugins and importing
-                        the plugin's package must not import (e.g. ``("torch",)``).
+    ``backend_config``    an instance of the plugin's ``BackendConfig``
+    ``framework_modules`` the framework's top-level modules, which loading plugins and importing the
+                          plugin's package must not import (e.g. ``("torch",)``)
 
-    Every test also fails when it leaves environment variables, threads or processes behind in
-    the driver. Override ``trainer`` if the plugin's trainer needs more than a backend config.
+    and three staticmethods that ask the framework itself (they run on the workers):
+
+    ``framework_rank() -> int``             this worker's rank as the framework numbers it
+                                            (in the training function)
+    ``all_gather(value) -> list[float]``    every rank's ``value`` in the framework's rank order,
+                                            through the framework's own communication (in the
+                                            training function, on every rank)
+    ``is_initialized() -> bool``            whether the framework's communication (process group,
+                                            communicator, cluster env) is set up in this worker
+                                            process; run on every worker right after ``on_shutdown``
+
+    Checks, on ``num_workers`` (2) workers: framework ranks match trainkit's and an all-gather
+    arrives in rank order on every rank; a failure on one rank surfaces with its rank;
+    ``on_shutdown`` leaves ``is_initialized()`` false on every worker and a second group sets up
+    again; the Trainer the plugin registers, ``trainkit.Trainer(fn, backend=<name>)`` and local mode
+    (``num_workers=0``) all fit. Every test also fails when it leaves environment variables,
+    threads or processes behind in the driver. Override ``trainer`` if the plugin's trainer needs
+    more than a backend config.
     """
 
     backend_config: ClassVar[BackendConfig]
@@ -96,19 +145,40 @@ class BackendConformance:
     num_workers: ClassVar[int] = 2
 
     @staticmethod
-    def all_reduce_sum(value: float) -> float:
-        raise NotImplementedError("set all_reduce_sum = staticmethod(...) in your conformance class")
+    def framework_rank() -> int:
+        raise NotImplementedError("set framework_rank = staticmethod(...) in your conformance class: "
+                                  "this worker's rank as the framework reports it")
+
+    @staticmethod
+    def all_gather(value: float) -> list[float]:
+        raise NotImplementedError("set all_gather = staticmethod(...) in your conformance class: every rank's value "
+                                  "in rank order, through the framework's collective")
+
+    @staticmethod
+    def is_initialized() -> bool:
+        raise NotImplementedError("set is_initialized = staticmethod(...) in your conformance class: whether the "
+                                  "framework's communication is still set up in this worker process")
+
+    @pytest.fixture
+    def preimported_modules(self, preimported_modules: tuple[str, ...]) -> tuple[str, ...]:
+        """The framework and the plugin's backend are imported before the env guard's snapshot: what
+        they set in os.environ when imported is no leak, whichever test imports them first."""
+        return (*preimported_modules, *self.framework_modules, type(self.backend_config).__module__,
+                getattr(self.backend_config.backend_cls, "__module__", "trainkit"))
 
     def trainer(self, train_fn: Callable, run_config: trainkit.RunConfig,
                 config: dict | None = None) -> DataParallelTrainer:
         return DataParallelTrainer(train_fn, train_loop_config=config, backend_config=self.backend_config,
                                    scaling_config=ScalingConfig(num_workers=self.num_workers), run_config=run_config)
 
+    def _config(self, **config: Any) -> dict:
+        cls = type(self)
+        return {"framework_rank": cls.framework_rank, "all_gather": cls.all_gather, **config}
+
     def _fit(self, train_fn: Callable, run_config: Callable[..., trainkit.RunConfig],
              **config: Any) -> list[list[dict]]:
         collect = _Collect()
-        config["all_reduce_sum"] = type(self).all_reduce_sum
-        self.trainer(train_fn, run_config(callbacks=[collect]), config).fit()
+        self.trainer(train_fn, run_config(callbacks=[collect]), self._config(**config)).fit()
         return collect.reports
 
     def test_loading_plugins_imports_no_framework(self) -> None:
@@ -119,30 +189,19 @@ class BackendConformance:
                 "plugins = get_plugins()\n"
                 "print(json.dumps({'imported': sorted(m for m in %r if m in sys.modules),\n"
                 "                  'registered': [e.config_cls.__name__ for e in plugins.backends.entries.values()],\n"
-                "                  'problems': [i.reason for i in plugins.infos.values() if i.status == 'error']}))"
+                "                  'not_loaded': plugins.not_loaded()}))"
                 % (self.framework_modules,))
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr[-3000:]
         report = json.loads(out.stdout.strip().splitlines()[-1])
         assert report["imported"] == [], f"importing {package} and loading plugins imported {report['imported']}"
-        assert type(self.backend_config).__name__ in report["registered"], report
-        assert report["problems"] == []
+        name = type(self.backend_config).__name__
+        assert name in report["registered"], f"no loaded plugin registers {name}. {report['not_loaded']}"
 
     @_GUARDS
-    def test_ranks_and_world_size(self, run_config) -> None:
-        (metrics,) = self._fit(_identity_fn, run_config)
-        n = self.num_workers
-        assert [m["world_rank"] for m in metrics] == list(range(n))
-        assert all(m["world_size"] == n for m in metrics)
-        assert sorted((m["node_rank"], m["local_rank"]) for m in metrics) == [(0, r) for r in range(n)]
-        assert all(m["local_world_size"] == n for m in metrics)
-
-    @_GUARDS
-    def test_collective_communicates_across_workers(self, run_config) -> None:
-        (metrics,) = self._fit(_all_reduce_fn, run_config)
-        n = self.num_workers
-        assert [m["total"] for m in metrics] == [n * (n + 1) / 2] * n
-        assert [m["agreed"] for m in metrics] == [n] * n
+    def test_framework_ranks_and_collective_follow_trainkit_ranks(self, run_config) -> None:
+        (metrics,) = self._fit(_ranks_fn, run_config)
+        _check_ranks(metrics, self.num_workers, type(self).__name__)
 
     @_GUARDS
     def test_failure_on_one_rank_surfaces_with_its_rank(self, run_config) -> None:
@@ -155,11 +214,55 @@ class BackendConformance:
         assert isinstance(info.value, trainkit.WorkerGroupError) and list(info.value.worker_failures) == [failing]
 
     @_GUARDS
-    def test_shutdown_is_clean_and_repeatable(self, ray_cluster, run_config) -> None:
-        for _ in range(2):  # a second group on the same cluster sets the framework up again
-            (metrics,) = self._fit(_all_reduce_fn, run_config)
-            assert [m["agreed"] for m in metrics] == [self.num_workers] * self.num_workers
+    def test_shutdown_tears_the_framework_down_and_is_repeatable(self, ray_cluster, run_config, monkeypatch) -> None:
+        backend_cls, probes = self.backend_config.backend_cls, []
+        on_shutdown = backend_cls.on_shutdown
+
+        def probed_on_shutdown(backend, worker_group, backend_config) -> None:  # in the driver, workers still up
+            try:
+                on_shutdown(backend, worker_group, backend_config)
+            finally:
+                probes.append(worker_group.execute(type(self).is_initialized))
+
+        monkeypatch.setattr(backend_cls, "on_shutdown", probed_on_shutdown)
+        for run in (1, 2):  # a second group on the same cluster sets the framework up again
+            (metrics,) = self._fit(_ranks_fn, run_config)
+            _check_ranks(metrics, self.num_workers, f"run {run}")
+            assert len(probes) == run, f"run {run}: {backend_cls.__name__}.on_shutdown was not called"
+            still = [rank for rank, up in enumerate(probes[-1]) if up]
+            assert not still, (f"run {run}: is_initialized() is still true on rank(s) {still} after "
+                               f"{backend_cls.__name__}.on_shutdown: it must tear down what on_start set up")
             _assert_resources_released(ray_cluster)
+
+    @_GUARDS
+    def test_registered_trainers_fit(self, run_config) -> None:
+        entry = _entry_for(type(self.backend_config))
+        trainers = {f"trainkit.Trainer(fn, backend={entry.name!r})":
+                    functools.partial(trainkit.Trainer, backend=entry.name)}
+        if entry.trainer_cls is not None:
+            trainers[f"the registered {entry.trainer_cls.__qualname__}"] = entry.trainer_cls
+        for label, trainer_cls in trainers.items():
+            collect = _Collect()
+            try:
+                trainer = trainer_cls(_ranks_fn, train_loop_config=self._config(),
+                                      scaling_config=ScalingConfig(num_workers=self.num_workers),
+                                      run_config=run_config(callbacks=[collect]))
+            except Exception as exc:  # noqa: BLE001 - named for the author
+                raise AssertionError(f"{label} could not be built: {type(exc).__name__}: {exc}") from exc
+            try:
+                trainer.fit()
+            except TrainingFailedError as exc:
+                raise AssertionError(f"{label}.fit() failed: {exc}") from exc
+            assert len(collect.reports) == 1, f"{label}: {len(collect.reports)} reports, expected 1"
+            _check_ranks(collect.reports[0], self.num_workers, label)
+
+    @_LOCAL_GUARDS
+    def test_local_mode(self, run_config) -> None:
+        entry, collect = _entry_for(type(self.backend_config)), _Collect()
+        trainkit.Trainer(_local_fn, backend=entry.name, scaling_config=ScalingConfig(num_workers=0),
+                         run_config=run_config(callbacks=[collect])).fit()
+        assert collect.reports == [[{"world_rank": 0, "world_size": 1}]], collect.reports
+        assert not type(self).is_initialized(), "is_initialized() is still true in the driver after local mode ended"
 
 
 def _assert_resources_released(ray: Any, timeout_s: float = 10.0) -> None:
@@ -195,6 +298,10 @@ class CheckpointConformance:
     ``assert_same`` (raises unless a loaded state equals the saved one)."""
 
     checkpoint_io: ClassVar[CheckpointIO]
+
+    @pytest.fixture
+    def preimported_modules(self, preimported_modules: tuple[str, ...]) -> tuple[str, ...]:
+        return (*preimported_modules, type(self.checkpoint_io).__module__)  # see BackendConformance.preimported_modules
 
     def make_state(self) -> Any:
         raise NotImplementedError("return an example state of your framework from make_state()")
