@@ -248,6 +248,9 @@ def packaging(session: nox.Session) -> None:
     for package in PACKAGES:
         session.run("python", "-m", "build", "--installer", "uv", "--outdir", str(dist), str(package), silent=True)
     session.log("built: " + ", ".join(sorted(p.name for p in dist.iterdir())))
+    # beside pip's find-links: given on uv's command line, --find-links would replace them (and torch
+    # would come from the index, a CUDA build)
+    links = ",".join(filter(None, [str(dist), os.environ.get("UV_FIND_LINKS")]))
     session.run("twine", "check", "--strict", *sorted(str(p) for p in dist.iterdir()))
     session.run("python", str(ROOT / "tests" / "packaging_check.py"), "--built", str(dist))
     for package in PACKAGES:
@@ -258,8 +261,7 @@ def packaging(session: nox.Session) -> None:
         session.run(uv, "venv", "-q", "--seed", "--python", PYTHON, str(env))  # --seed: pip, for pip check
         python = str(env / "bin" / "python")
         pins = sorted({PINNED[k] for row in _matrix(package) for k in row if k in PINNED})
-        session.run(uv, "pip", "install", "-q", "--python", python, "--find-links", str(dist), project["name"],
-                    *pins)
+        session.run(uv, "pip", "install", "-q", "--python", python, project["name"], *pins, env={"UV_FIND_LINKS": links})
         if prepare := _prepare(package, next(row for row in _matrix(package) if row.get("ci"))):
             session.run(python, *prepare, external=True)
         session.run(python, "-m", "pip", "check", external=True)
