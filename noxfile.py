@@ -18,6 +18,9 @@ builds a patched Horovod) names a module in ``[tool.trainkit] prepare = {module,
 ``pins`` go to ``python -m <module> <dist>==<version>`` after the package is installed (also in the
 packaging session, with the CI row's pins), never to pip; the module installs them (and may cache
 what it builds outside the session's environment). Adding a plugin never edits this file.
+
+Where uv is installed (``pip install 'nox[uv]'``, as .ci/run does), sessions are made and filled by uv,
+with pip's settings (index, find-links, constraints) passed on; else by virtualenv and pip.
 """
 
 from __future__ import annotations
