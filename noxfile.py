@@ -82,10 +82,13 @@ def _pip_settings_for_uv() -> dict[str, str]:
     return {**settings, "UV_INDEX_STRATEGY": "unsafe-best-match"} if settings else {}
 
 
-# Byte-compiled at install, as pip does: else every process (each Ray worker) compiles torch, Ray, ...
-# again where PYTHONDONTWRITEBYTECODE is set (this machine sets it): the torch tests took 42 s -> 197 s.
-for _variable, _value in {**_pip_settings_for_uv(), "UV_COMPILE_BYTECODE": "1"}.items():
+for _variable, _value in _pip_settings_for_uv().items():
     os.environ.setdefault(_variable, _value)
+# uv installs no bytecode (pip compiles every module at install): sessions write it as they import,
+# only what they import (torch tests' first run +5 s; compiling at install cost 20-40 s a session).
+# Where PYTHONDONTWRITEBYTECODE is set (this machine sets it), every process, each Ray worker, would
+# compile torch and Ray again: the torch tests took 197 s, not 42 s. Empty is unset, for Python.
+os.environ["PYTHONDONTWRITEBYTECODE"] = ""
 
 
 def _pruned_on_ci(session_fn):
