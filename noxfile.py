@@ -269,7 +269,8 @@ def packaging(session: nox.Session) -> None:
         session.run(uv, "venv", "-q", "--seed", "--python", PYTHON, str(env))  # --seed: pip, for pip check
         python = str(env / "bin" / "python")
         pins = sorted({PINNED[k] for row in _matrix(package) for k in row if k in PINNED})
-        session.run(uv, "pip", "install", "-q", "--python", python, project["name"], *pins, env={"UV_FIND_LINKS": links})
+        session.run(uv, "pip", "install", "-q", "--python", python, project["name"], *pins,
+                    env={"UV_FIND_LINKS": links})
         if prepare := _prepare(package, next(row for row in _matrix(package) if row.get("ci"))):
             session.run(python, *prepare, external=True)
         session.run(python, "-m", "pip", "check", external=True)
