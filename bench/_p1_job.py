@@ -1,5 +1,8 @@
 """The P1 job: a tiny 2-process DDP run (3 epochs, 3 small checkpoints), launched three ways.
 
+Written as users write it: ``import torch`` at the top, so every launcher's driver imports torch
+before anything else (trainkit's driver then imports trainkit and trainkit_torch).
+
     torchrun --standalone --nproc_per_node=2 bench/_p1_job.py torchrun OUT
     python bench/_p1_job.py trainkit OUT
     python bench/_p1_job.py raytrain OUT
@@ -16,12 +19,15 @@ import os  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 
+import torch  # noqa: E402
+
+TORCH_IMPORTED = time.time()
+
 EPOCHS, STEPS = 3, 10
 
 
 def train_loop(rank: int, save) -> float:
     """The same loop body under every launcher; ``save(epoch, state, loss)`` stores a checkpoint."""
-    import torch
     from torch.nn.parallel import DistributedDataParallel
 
     torch.manual_seed(rank)
@@ -40,7 +46,6 @@ def train_loop(rank: int, save) -> float:
 
 
 def torchrun_main(out: str) -> None:
-    import torch
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
@@ -59,8 +64,6 @@ def torchrun_main(out: str) -> None:
 
 def _report_fn(report, checkpoint_cls, rank_fn):
     def save(epoch, state, loss):
-        import torch
-
         with tempfile.TemporaryDirectory() as tmp:
             checkpoint = None
             if rank_fn() == 0:
@@ -87,7 +90,7 @@ def trainkit_main(out: str) -> None:
     with open(os.path.join(out, "p1", "run_state.json")) as f:
         start_profile = json.load(f)["start_profile"]
     with open(os.path.join(out, "profile.json"), "w") as f:
-        json.dump({"started": STARTED, "imported": imported, "fitted": time.time(), "start_profile": start_profile}, f)
+        json.dump({"started": STARTED, "torch_imported": TORCH_IMPORTED, "imported": imported, "fitted": time.time(), "start_profile": start_profile}, f)
 
 
 def raytrain_main(out: str) -> None:

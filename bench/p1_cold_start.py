@@ -35,7 +35,8 @@ def command(mode: str, out: str) -> list[str]:
 def breakdown(launched: float, ended: float, profile: dict) -> dict[str, float]:
     """Seconds per phase of one trainkit run, in order; they add up to its wall time."""
     fit = profile["start_profile"]
-    phases = {"interpreter + driver imports": profile["imported"] - launched,
+    phases = {"interpreter + import torch (the user's script)": profile["torch_imported"] - launched,
+              "import trainkit, trainkit_torch": profile["imported"] - profile["torch_imported"],
               **{phase: fit.get(phase, 0.0) for phase in PHASES}}
     phases["rest of training + teardown"] = profile["fitted"] - profile["imported"] - sum(fit.get(p, 0.0) for p in PHASES)
     phases["process exit"] = ended - profile["fitted"]
