@@ -49,10 +49,14 @@ def start_in_background(scaling) -> None:
 
 
 class _BackgroundStart:
-    """One ``ensure_ray()`` on a daemon thread; its error is kept for the caller that waits."""
+    """One ``ensure_ray()`` on a daemon thread; its error is kept for the caller that waits.
+
+    The thread stays until exit: Ray starts its GCS and raylet with ``PR_SET_PDEATHSIG``, which
+    Linux ties to the thread that started them, so they would be killed the moment it ended."""
 
     def __init__(self) -> None:
         self.error: BaseException | None = None
+        self.done, self.release = threading.Event(), threading.Event()
         self.thread = threading.Thread(target=self._run, name="trainkit-ray-start", daemon=True)
         atexit.register(self.stop)  # a script that never reaches ensure_ray() still stops the cluster
         self.thread.start()
@@ -62,11 +66,14 @@ class _BackgroundStart:
             _start_ray()
         except BaseException as exc:  # noqa: BLE001 - raised again in the thread that waits
             self.error = exc
+        self.done.set()
+        self.release.wait()
 
     def stop(self) -> None:
-        self.thread.join()
+        self.done.wait()
         if self.error is None and _embedded_node is not None:
             _stop_embedded_cluster() if _patched() else sys.modules["ray"].shutdown()
+        self.release.set()
 
 
 def _wait_for_background() -> bool:
@@ -75,7 +82,7 @@ def _wait_for_background() -> bool:
     started, _background = _background, None
     if started is None:
         return False
-    started.thread.join()
+    started.done.wait()
     if started.error is not None:
         raise started.error
     return True
