@@ -1,7 +1,10 @@
 """The P1 job: a tiny 2-process DDP run (3 epochs, 3 small checkpoints), launched three ways.
 
+Written as users write it: ``import torch`` at the top, so every launcher's driver imports torch
+before anything else (trainkit's driver then imports trainkit and trainkit_torch).
+
     torchrun --standalone --nproc_per_node=2 bench/_p1_job.py torchrun OUT
-    python bench/_p1_job.py trainkit OUT
+    python bench/_p1_job.py trainkit OUT          (trainkit-serial: without the background Ray start)
     python bench/_p1_job.py raytrain OUT
 """
 
@@ -16,12 +19,15 @@ import os  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 
+import torch  # noqa: E402
+
+TORCH_IMPORTED = time.time()
+
 EPOCHS, STEPS = 3, 10
 
 
 def train_loop(rank: int, save) -> float:
     """The same loop body under every launcher; ``save(epoch, state, loss)`` stores a checkpoint."""
-    import torch
     from torch.nn.parallel import DistributedDataParallel
 
     torch.manual_seed(rank)
@@ -40,7 +46,6 @@ def train_loop(rank: int, save) -> float:
 
 
 def torchrun_main(out: str) -> None:
-    import torch
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
@@ -59,8 +64,6 @@ def torchrun_main(out: str) -> None:
 
 def _report_fn(report, checkpoint_cls, rank_fn):
     def save(epoch, state, loss):
-        import torch
-
         with tempfile.TemporaryDirectory() as tmp:
             checkpoint = None
             if rank_fn() == 0:
@@ -71,10 +74,16 @@ def _report_fn(report, checkpoint_cls, rank_fn):
     return save
 
 
-def trainkit_main(out: str) -> None:
-    """Also writes OUT/profile.json: wall-clock marks and the run's start profile."""
+def trainkit_main(out: str, background: bool = True) -> None:
+    """Also writes OUT/profile.json: wall-clock marks and the run's start profile. ``background=False``
+    (mode trainkit-serial): Ray starts inside fit() as before the background start, for comparison."""
     import trainkit
     from trainkit_torch import TorchTrainer
+
+    if not background:
+        import trainkit._internal.ray_runtime as ray_runtime
+
+        ray_runtime.start_in_background = lambda scaling: None
 
     imported = time.time()
 
@@ -87,7 +96,7 @@ def trainkit_main(out: str) -> None:
     with open(os.path.join(out, "p1", "run_state.json")) as f:
         start_profile = json.load(f)["start_profile"]
     with open(os.path.join(out, "profile.json"), "w") as f:
-        json.dump({"started": STARTED, "imported": imported, "fitted": time.time(), "start_profile": start_profile}, f)
+        json.dump({"started": STARTED, "torch_imported": TORCH_IMPORTED, "imported": imported, "fitted": time.time(), "start_profile": start_profile}, f)
 
 
 def raytrain_main(out: str) -> None:
@@ -104,4 +113,5 @@ def raytrain_main(out: str) -> None:
 
 if __name__ == "__main__":
     mode, out = sys.argv[1], sys.argv[2]
-    {"torchrun": torchrun_main, "trainkit": trainkit_main, "raytrain": raytrain_main}[mode](out)
+    {"torchrun": torchrun_main, "trainkit": trainkit_main, "raytrain": raytrain_main,
+     "trainkit-serial": lambda out: trainkit_main(out, background=False)}[mode](out)

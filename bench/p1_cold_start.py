@@ -1,6 +1,8 @@
 """P1: cold start to result of the tiny 2-worker DDP job, whole process: trainkit vs torchrun vs Ray Train.
 
-    python bench/p1_cold_start.py [--rounds 3] [--no-raytrain]
+    python bench/p1_cold_start.py [--rounds 3] [--no-raytrain] [--serial]
+
+``--serial`` adds trainkit without its background Ray start (the previous start path) to the same run.
 
 Target (TARGETS.md): trainkit <= 1.3x torchrun and <= 0.3x Ray Train. Also prints where trainkit's
 time goes (the start path, from the run's own start profile) and each side's peak memory.
@@ -35,7 +37,8 @@ def command(mode: str, out: str) -> list[str]:
 def breakdown(launched: float, ended: float, profile: dict) -> dict[str, float]:
     """Seconds per phase of one trainkit run, in order; they add up to its wall time."""
     fit = profile["start_profile"]
-    phases = {"interpreter + driver imports": profile["imported"] - launched,
+    phases = {"interpreter + import torch (the user's script)": profile["torch_imported"] - launched,
+              "import trainkit, trainkit_torch": profile["imported"] - profile["torch_imported"],
               **{phase: fit.get(phase, 0.0) for phase in PHASES}}
     phases["rest of training + teardown"] = profile["fitted"] - profile["imported"] - sum(fit.get(p, 0.0) for p in PHASES)
     phases["process exit"] = ended - profile["fitted"]
@@ -43,14 +46,14 @@ def breakdown(launched: float, ended: float, profile: dict) -> dict[str, float]:
     return phases
 
 
-def variant(mode: str, profiles: list[dict]):
+def variant(mode: str, profiles: dict[str, list[dict]]):
     def run() -> float:
         out = tempfile.mkdtemp(prefix=f"p1-{mode}-")
         try:
             launched = time.time()
             elapsed = timed(command(mode, out), env=ENV)
-            if mode == "trainkit":
-                profiles.append(breakdown(launched, launched + elapsed, json.load(open(os.path.join(out, "profile.json")))))
+            if mode.startswith("trainkit"):
+                profiles.setdefault(mode, []).append(breakdown(launched, launched + elapsed, json.load(open(os.path.join(out, "profile.json")))))
             return elapsed
         finally:
             shutil.rmtree(out, ignore_errors=True)
@@ -79,24 +82,31 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-raytrain", action="store_true")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory runs")
+    parser.add_argument("--serial", action="store_true", help="also trainkit without the background Ray start")
     args = parser.parse_args()
-    modes = ["torchrun", "trainkit"] + ([] if args.no_raytrain else ["raytrain"])
-    profiles: list[dict] = []
+    modes = ["torchrun", "trainkit"] + (["trainkit-serial"] if args.serial else []) + ([] if args.no_raytrain else ["raytrain"])
+    profiles: dict[str, list[dict]] = {}
     samples = rounds({m: variant(m, profiles) for m in modes}, args.rounds)
     stats = {m: summarize(s) for m, s in samples.items()}
     tk, tr = stats["trainkit"]["median"], stats["torchrun"]["median"]
     for m, s in stats.items():
         print(f"P1 {m:9s} median {s['median']:.2f} s (min {s['min']:.2f}, max {s['max']:.2f}, n={s['n']})")
-    print(f"P1 trainkit/torchrun = {tk / tr:.2f} (target <= 1.3)")
+    print(f"P1 trainkit/torchrun = {tk / tr:.2f} (target <= 1.2)")
     ratios = {"trainkit/torchrun": tk / tr}
+    if "trainkit-serial" in stats:
+        ratios["trainkit-serial/torchrun"] = stats["trainkit-serial"]["median"] / tr
+        print(f"P1 trainkit-serial/torchrun = {ratios['trainkit-serial/torchrun']:.2f} (no background Ray start)")
     if "raytrain" in stats:
         ratios["trainkit/raytrain"] = tk / stats["raytrain"]["median"]
         print(f"P1 trainkit/raytrain = {ratios['trainkit/raytrain']:.2f} (target <= 0.3)")
-    start_path = {phase: statistics.median(p[phase] for p in profiles) for phase in profiles[0]}
-    print("P1 trainkit start path (median seconds per phase):")
-    for phase, seconds in start_path.items():
-        print(f"  {phase:48s} {seconds:6.2f}")
-    mem = {m: memory(m) for m in modes}
+    start_path = {mode: {phase: statistics.median(p[phase] for p in runs) for phase in runs[0]}
+                  for mode, runs in profiles.items()}
+    for mode, phases in start_path.items():
+        print(f"P1 {mode} start path (median seconds per phase):")
+        for phase, seconds in phases.items():
+            print(f"  {phase:48s} {seconds:6.2f}")
+    mem = {} if args.no_memory else {m: memory(m) for m in modes}
     for m, found in mem.items():
         rss = found["peak_rss_mib"]
         print(f"P1 memory {m:9s} driver {rss['driver'][0]:.0f} MiB, workers {rss.get('worker', [])} MiB, "
