@@ -49,10 +49,6 @@ class LaunchConfig(BackendConfig):
     def backend_cls(self) -> type[Backend]:
         return _LaunchBackend
 
-    @property
-    def name(self) -> str:
-        return "launch"
-
 
 class _LaunchBackend(Backend):
     def on_start(self, worker_group: Any, backend_config: BackendConfig) -> None:

@@ -156,6 +156,12 @@ class WorkerGroup:
                 raise TypeError(f"set_env: environment variables are str to str, got {bad!r}")
         self.execute_per_rank(_set_env, [(dict(mapping),) for mapping in per_rank])
 
+    def restore_env(self, timeout_s: float | None = None) -> None:
+        """Undo ``set_env`` on every rank (``shutdown`` does, after the backend's ``on_shutdown``)."""
+        import ray
+
+        ray.get(self.execute_async(_restore_env), timeout=timeout_s)
+
     def rendezvous(self) -> list[Rendezvous]:
         """Every rank's ranks and sizes, with rank 0's node address and a port free there."""
         addr, port = self.free_address(0)
@@ -192,8 +198,8 @@ class WorkerGroup:
 
         if graceful:
             try:
-                ray.get(self.execute_async(_restore_env) + [w.actor.stop.remote() for w in self.workers],
-                        timeout=timeout_s)
+                self.restore_env(timeout_s)
+                ray.get([w.actor.stop.remote() for w in self.workers], timeout=timeout_s)
             except Exception:  # noqa: BLE001 - teardown goes on regardless
                 pass
         for w in self.workers:
