@@ -83,6 +83,8 @@ def test_set_env_is_undone_and_bad_input_is_refused(ray_cluster):
         assert group.execute(_env, "AUTHOR_KEEP", "AUTHOR_NEW") == [{"AUTHOR_KEEP": "before", "AUTHOR_NEW": None}] * 2
         with pytest.raises(TypeError, match=r"set_env: environment variables are str to str, got \{'PORT': 1\}"):
             group.set_env({"PORT": 1})
+        with pytest.raises(ValueError, match="set_env got 1 mappings for 2 ranks"):
+            group.set_env([{"PORT": "1"}])
         with pytest.raises(ValueError, match="execute_per_rank got 1 argument tuples for 2 ranks"):
             group.execute_per_rank(_rank_and, [("only one",)])
         assert [w.local_world_size for w in group.workers] == [2, 2]

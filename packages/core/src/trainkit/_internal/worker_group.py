@@ -150,6 +150,9 @@ class WorkerGroup:
     def set_env(self, env: Mapping[str, str] | Sequence[Mapping[str, str]]) -> None:
         """Set variables on every rank (one mapping, or one per rank); undone at ``shutdown``."""
         per_rank = [env] * len(self.workers) if isinstance(env, Mapping) else list(env)
+        if len(per_rank) != len(self.workers):
+            raise ValueError(f"set_env got {len(per_rank)} mappings for {len(self.workers)} ranks: "
+                             "expected one for every rank, or one per rank")
         for mapping in per_rank:
             bad = {k: v for k, v in mapping.items() if not (isinstance(k, str) and isinstance(v, str))}
             if bad:
