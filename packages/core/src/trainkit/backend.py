@@ -1,14 +1,17 @@
 """What a framework plugin provides: a ``BackendConfig`` dataclass and a ``Backend``.
 
 Core calls the backend in the driver around the worker group's life; the backend acts on the
-workers with ``worker_group.execute(fn, ...)`` (every rank) or ``execute_single(rank, fn, ...)``.
-Every method is a no-op by default, so a backend overrides only what its framework needs.
+workers through the ``WorkerGroup`` it is handed (never through Ray actors). Every method is a
+no-op by default, so a backend overrides only what its framework needs.
 
-Example (a framework that needs a coordinator address on every worker)::
+Example (a framework that needs a coordinator address and its rank on every worker)::
 
     @dataclass
     class MyConfig(BackendConfig):
         timeout_s: float = 300
+
+        def __post_init__(self):
+            check_positive("timeout_s", self.timeout_s)   # from trainkit.validation
 
         @property
         def backend_cls(self):
@@ -17,22 +20,92 @@ Example (a framework that needs a coordinator address on every worker)::
 
     class MyBackend(Backend):
         def on_start(self, worker_group, backend_config):
-            address = worker_group.execute_single(0, find_free_address)
-            worker_group.execute(init_my_framework, address, backend_config.timeout_s)
+            ranks = worker_group.rendezvous()               # rank 0's node address, free port, ranks
+            worker_group.set_env([r.env() for r in ranks])  # MASTER_ADDR, RANK, ...; undone at teardown
+            worker_group.execute_per_rank(init_my_framework,
+                                          [(r.master_addr, r.master_port, r.world_rank) for r in ranks])
 """
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, ContextManager
+from typing import Any, Callable, ClassVar, ContextManager, Mapping, Protocol, Sequence
 
 from trainkit._internal.net import interface_of
 
-if TYPE_CHECKING:
-    from trainkit._internal.worker_group import WorkerGroup
+__all__ = ["Backend", "BackendConfig", "Rendezvous", "WorkerGroup", "WorkerInfo", "interface_of"]
 
-__all__ = ["Backend", "BackendConfig", "interface_of"]
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """One rank of a worker group: where it runs and its ranks."""
+
+    actor: Any  # the Ray actor: core's; a backend uses the group's methods instead
+    world_rank: int
+    local_rank: int
+    local_world_size: int  # ranks on this rank's node
+    node_rank: int
+    node_id: str
+    ip: str
+    pid: int
+    accelerator_ids: dict[str, list[str]]
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """What one rank needs to join a framework's group: the address and a free port on rank 0's node
+    (127.0.0.1 when the whole group is on one node), its ranks and the sizes."""
+
+    master_addr: str
+    master_port: int
+    world_rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    num_nodes: int
+
+    def env(self) -> dict[str, str]:
+        """torchrun's variables for this rank, as most frameworks read them."""
+        return {"MASTER_ADDR": self.master_addr, "MASTER_PORT": str(self.master_port),
+                "RANK": str(self.world_rank), "WORLD_SIZE": str(self.world_size),
+                "LOCAL_RANK": str(self.local_rank), "LOCAL_WORLD_SIZE": str(self.local_world_size),
+                "NODE_RANK": str(self.node_rank), "GROUP_RANK": str(self.node_rank),
+                "GROUP_WORLD_SIZE": str(self.num_nodes)}
+
+
+class WorkerGroup(Protocol):
+    """The workers of one attempt, as a ``Backend`` sees them. Each attempt gets fresh worker
+    processes. Functions run in the worker process (not the training thread) and travel pickled:
+    define them at module level."""
+
+    workers: Sequence[WorkerInfo]  #: in rank order
+
+    def __len__(self) -> int: ...
+
+    def execute(self, fn: Callable, *args: Any, **kwargs: Any) -> list[Any]:
+        """``fn(*args, **kwargs)`` on every rank in parallel; results in rank order."""
+
+    def execute_single(self, rank: int, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` on one rank."""
+
+    def execute_per_rank(self, fn: Callable, args_per_rank: Sequence[Sequence[Any]]) -> list[Any]:
+        """``fn(*args_per_rank[r])`` on every rank r in parallel; results in rank order."""
+
+    def set_env(self, env: Mapping[str, str] | Sequence[Mapping[str, str]]) -> None:
+        """Set environment variables on every rank (one mapping for all, or one per rank); the
+        previous values come back when the group shuts down after ``on_shutdown``."""
+
+    def rendezvous(self) -> list[Rendezvous]:
+        """Every rank's ``Rendezvous``, in rank order, with a port free on rank 0's node."""
+
+    def free_address(self, rank: int = 0) -> tuple[str, int]:
+        """The host other ranks reach ``rank``'s node at and a TCP port free there."""
+
+    def free_ports(self, count: int = 1) -> list[tuple[str, list[int]]]:
+        """For every rank: the host others reach it at and ``count`` ports free there, none offered
+        twice on one host (for frameworks where every worker listens)."""
 
 
 class Backend:
@@ -72,7 +145,11 @@ class BackendConfig:
         XGBoost's communicator. Runs after ``Backend.on_training_start``. Default: nothing."""
         return contextlib.nullcontext()
 
+    #: The name ``registry.register`` gave this class's backend (set by the registry).
+    _registered_name: ClassVar[str | None] = None
+
     @property
     def name(self) -> str:
-        """Shown in progress and run state."""
-        return type(self).__name__.removesuffix("Config").lower() or "python"
+        """Shown in progress and run state: the registered backend name, else the class's name
+        without ``Config``."""
+        return self._registered_name or type(self).__name__.removesuffix("Config").lower() or "python"

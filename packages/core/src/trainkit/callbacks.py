@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+
+from trainkit.validation import check_int
 
 if TYPE_CHECKING:
-    from trainkit.checkpoint import Checkpoint
+    from trainkit.checkpoint import Checkpoint, CheckpointIO
     from trainkit.result import Result
 
-__all__ = ["MetricNames", "RunContext", "UserCallback"]
+__all__ = ["MetricNames", "ReportCallbackBase", "RunContext", "UserCallback"]
 
 
 @dataclass(frozen=True)
@@ -82,3 +84,51 @@ class MetricNames:
             raise KeyError(f"ReportCallback(metrics=...) names {missing}, "
                            f"but {self.framework} reported {sorted(results)}")
         return {key: results[name] for key, name in self.mapping.items()}
+
+
+class ReportCallbackBase:
+    """What a plugin's round-based report callback shares: which metrics, the checkpoint every
+    ``frequency`` rounds and at the end, saved by rank 0 through ``checkpoint_io_cls``, and
+    ``get_model`` to load it back. The subclass (also deriving from the framework's callback class)
+    calls ``report`` from the framework's hook.
+
+    Example::
+
+        class ReportCallback(ReportCallbackBase, xgboost.callback.TrainingCallback):
+            CHECKPOINT_NAME = "model.ubj"
+            checkpoint_io_cls = XGBoostCheckpointIO
+            framework = "XGBoost"
+
+            def after_iteration(self, model, epoch, evals_log):
+                rounds = model.num_boosted_rounds()
+                self.report({**results_of(evals_log), "iteration": rounds}, model, self.checkpoint_due(rounds))
+    """
+
+    CHECKPOINT_NAME: ClassVar[str]  # the default model file in the checkpoint
+    checkpoint_io_cls: ClassVar[type["CheckpointIO"]]
+    framework: ClassVar[str]  # named in errors
+
+    def __init__(self, metrics: str | list[str] | dict[str, str] | None = None, filename: str | None = None,
+                 frequency: int = 0, checkpoint_at_end: bool = True):
+        check_int("frequency", frequency, 0, "0: only at the end")
+        self._metrics = MetricNames(metrics, framework=self.framework)
+        self._io = self.checkpoint_io_cls(filename or self.CHECKPOINT_NAME)
+        self._frequency, self._checkpoint_at_end = frequency, checkpoint_at_end
+
+    @classmethod
+    def get_model(cls, checkpoint: "Checkpoint", filename: str | None = None) -> Any:
+        """The model in a checkpoint this callback reported, verified against its manifest."""
+        return cls.checkpoint_io_cls(filename or cls.CHECKPOINT_NAME).load(checkpoint)
+
+    def checkpoint_due(self, rounds: int, last: bool = False) -> bool:
+        """Whether the report after ``rounds`` rounds carries a checkpoint."""
+        return (bool(self._frequency) and rounds % self._frequency == 0) or (last and self._checkpoint_at_end)
+
+    def report(self, metrics: dict[str, Any], model: Any, with_checkpoint: bool) -> None:
+        """``trainkit.report(metrics)`` on every rank; with a checkpoint of ``model`` saved by rank 0."""
+        from trainkit.context import report
+
+        if with_checkpoint:
+            self._io.report(metrics, model)
+        else:
+            report(metrics)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 from trainkit.backend import BackendConfig
 from trainkit._internal.ingest import Datasets
@@ -48,7 +50,30 @@ class DataParallelTrainer:
             train_fn, train_loop_config={"epochs": 3},
             scaling_config=trainkit.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}))
         result = trainer.fit()
+
+    A plugin's trainer names its config class and the keyword that takes it; the trainer then
+    accepts that keyword (type-checked, default ``config_cls()``) as its ``backend_config``::
+
+        class XGBoostTrainer(trainkit.DataParallelTrainer):
+            config_cls = XGBoostConfig
+            config_arg = "xgboost_config"      # XGBoostTrainer(fn, xgboost_config=XGBoostConfig(...))
     """
+
+    #: The backend config class a plugin's subclass runs with, and its keyword argument.
+    config_cls: ClassVar[type[BackendConfig] | None] = None
+    config_arg: ClassVar[str | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "config_cls" in cls.__dict__ and "__init__" not in cls.__dict__:
+            if not (isinstance(cls.config_cls, type) and issubclass(cls.config_cls, BackendConfig)):
+                raise TypeError(f"{cls.__name__}.config_cls must be a trainkit.BackendConfig subclass, "
+                                f"got {cls.config_cls!r}")
+            if not (isinstance(cls.config_arg, str) and cls.config_arg.isidentifier()):
+                raise TypeError(f"{cls.__name__}.config_arg must name its keyword argument, e.g. "
+                                f"'{cls.config_cls.__name__.removesuffix('Config').lower()}_config', "
+                                f"got {cls.config_arg!r}")
+            cls.__init__ = _init_with_config(cls, cls.__init__)
 
     def __init__(
         self,
@@ -106,6 +131,29 @@ class DataParallelTrainer:
         if result.error is not None:
             raise result.error
         return result
+
+
+def _init_with_config(cls: type[DataParallelTrainer], parent_init: Callable) -> Callable:
+    """``cls.__init__``: its ``config_arg`` keyword becomes the ``backend_config``."""
+    config_cls, arg = cls.config_cls, cls.config_arg
+    name = config_cls.__name__  # "an XGBoostConfig", "an HFConfig", "a HorovodConfig"
+    article = "an" if name[0] in "AEIOU" or (name[0] in "FHLMNRSX" and name[1:2].isupper()) else "a"
+
+    @functools.wraps(parent_init)
+    def __init__(self: DataParallelTrainer, train_loop_per_worker: Callable, **kwargs: Any) -> None:
+        config = kwargs.pop(arg, None)
+        if config is not None and not isinstance(config, config_cls):
+            raise TypeError(f"{arg} must be {article} {name}, got {type(config).__name__}")
+        if config is not None and kwargs.get("backend_config") is not None:
+            raise TypeError(f"{cls.__name__} takes {arg} or backend_config, not both")
+        kwargs.setdefault("backend_config", config or config_cls())
+        parent_init(self, train_loop_per_worker, **kwargs)
+
+    parameters = list(inspect.signature(parent_init).parameters.values())
+    parameters.insert(2, inspect.Parameter(arg, inspect.Parameter.KEYWORD_ONLY, default=None,
+                                           annotation=f"{config_cls.__name__} | None"))
+    __init__.__signature__ = inspect.Signature(parameters)  # help() and editors show the keyword
+    return __init__
 
 
 class Trainer(DataParallelTrainer):

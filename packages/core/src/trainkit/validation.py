@@ -19,11 +19,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-__all__ = ["ValidationConfig", "ValidationTaskConfig"]
+__all__ = ["ValidationConfig", "ValidationTaskConfig", "check_int", "check_positive", "invalid"]
 
 
-def _bad(field_name: str, value: Any, allowed: str) -> ValueError:
+def invalid(field_name: str, value: Any, allowed: str) -> ValueError:
+    """The error for a bad setting, naming it and what is allowed: raise it from ``__post_init__``.
+
+    Example::
+
+        raise invalid("init_method", self.init_method, "'env' or 'tcp'")
+    """
     return ValueError(f"{field_name}={value!r} is invalid: expected {allowed}")
+
+
+def check_positive(field_name: str, value: Any) -> None:
+    """``value`` is a number > 0 (not a bool), e.g. ``check_positive("timeout_s", self.timeout_s)``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise invalid(field_name, value, "a number > 0")
+
+
+def check_int(field_name: str, value: Any, minimum: int, meaning: str = "") -> None:
+    """``value`` is an int >= ``minimum`` (not a bool); ``meaning`` explains a special value,
+    e.g. ``check_int("frequency", frequency, 0, "0: only at the end")``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise invalid(field_name, value, f"an int >= {minimum}" + (f" ({meaning})" if meaning else ""))
 
 
 @dataclass(frozen=True)
@@ -44,10 +63,10 @@ class ValidationTaskConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "fn_kwargs", {} if self.fn_kwargs is None else self.fn_kwargs)
         if not isinstance(self.fn_kwargs, Mapping) or not all(isinstance(k, str) for k in self.fn_kwargs):
-            raise _bad("fn_kwargs", self.fn_kwargs, "a dict of keyword arguments")
+            raise invalid("fn_kwargs", self.fn_kwargs, "a dict of keyword arguments")
         if self.timeout_s is not None and (isinstance(self.timeout_s, bool) or not isinstance(
                 self.timeout_s, (int, float)) or self.timeout_s <= 0):
-            raise _bad("timeout_s", self.timeout_s, "None or a number of seconds > 0")
+            raise invalid("timeout_s", self.timeout_s, "None or a number of seconds > 0")
 
 
 @dataclass(frozen=True)
@@ -77,8 +96,8 @@ class ValidationConfig:
         if self.ray_remote_kwargs is None:
             object.__setattr__(self, "ray_remote_kwargs", {"num_cpus": 0})
         if not callable(self.fn):
-            raise _bad("fn", self.fn, "a function fn(checkpoint, **kwargs) -> dict of metrics")
+            raise invalid("fn", self.fn, "a function fn(checkpoint, **kwargs) -> dict of metrics")
         if not isinstance(self.task_config, ValidationTaskConfig):
-            raise _bad("task_config", self.task_config, "a trainkit.ValidationTaskConfig")
+            raise invalid("task_config", self.task_config, "a trainkit.ValidationTaskConfig")
         if not isinstance(self.ray_remote_kwargs, Mapping):
-            raise _bad("ray_remote_kwargs", self.ray_remote_kwargs, 'a dict of Ray task options like {"num_cpus": 1}')
+            raise invalid("ray_remote_kwargs", self.ray_remote_kwargs, 'a dict of Ray task options like {"num_cpus": 1}')

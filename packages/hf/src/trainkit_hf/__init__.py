@@ -21,7 +21,7 @@ process group and environment are what they expect. Importing this package impor
 library; ``ReportCallback`` imports transformers on first use.
 """
 
-from typing import Any
+from trainkit.lazy import lazy_exports
 
 from trainkit_hf._prepare import prepare_trainer, resume_path
 from trainkit_hf.config import HFConfig
@@ -29,9 +29,5 @@ from trainkit_hf.config import HFConfig
 __all__ = ["HFConfig", "ReportCallback", "prepare_trainer", "resume_path"]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "ReportCallback":  # subclasses transformers.TrainerCallback: built on first use
-        from trainkit_hf.callback import ReportCallback
-
-        return ReportCallback
-    raise AttributeError(f"module 'trainkit_hf' has no attribute {name!r}")
+# ReportCallback subclasses transformers.TrainerCallback: built on first use.
+__getattr__ = lazy_exports(__name__, {"ReportCallback": "trainkit_hf.callback"})

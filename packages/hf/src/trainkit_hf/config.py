@@ -14,7 +14,3 @@ class HFConfig(TorchConfig):
     ``transformers`` (over a second on a cold start) while the group is still being set up."""
 
     prewarm_modules: ClassVar[tuple[str, ...]] = (*TorchConfig.prewarm_modules, "transformers")
-
-    @property
-    def name(self) -> str:
-        return "hf"

@@ -9,13 +9,13 @@ The server lives until training ends: Horovod uses it for ``hvd.init()`` and for
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 import threading
-from typing import Any
+from typing import Any, Sequence
 
 from trainkit import Backend
+from trainkit.backend import WorkerGroup, WorkerInfo
 
 from trainkit_horovod.config import HorovodConfig
 
@@ -23,18 +23,15 @@ _server: Any = None  # rank 0's (HTTP server, thread), between on_start and on_s
 FRAMEWORKS = ("horovod.torch", "horovod.tensorflow")  # the bindings whose shutdown() ends a context
 
 
-def slots(workers: list[Any]) -> list[dict[str, Any]]:
+def slots(workers: Sequence[WorkerInfo]) -> list[dict[str, Any]]:
     """Horovod's slot of every worker, in rank order: its host is its node; cross ranks count the
     nodes that have a worker with the same local rank."""
-    local_size: dict[int, int] = {}
-    for w in workers:
-        local_size[w.node_rank] = local_size.get(w.node_rank, 0) + 1
     result = []
     for w in workers:
         peers = sorted(v.node_rank for v in workers if v.local_rank == w.local_rank)
         result.append({"hostname": w.node_id, "rank": w.world_rank, "local_rank": w.local_rank,
                        "cross_rank": peers.index(w.node_rank), "size": len(workers),
-                       "local_size": local_size[w.node_rank], "cross_size": len(peers)})
+                       "local_size": w.local_world_size, "cross_size": len(peers)})
     return result
 
 
@@ -70,36 +67,36 @@ def _stop_rendezvous() -> None:
         _server = None
 
 
-def _set_env(slot: dict[str, Any], address: tuple[str, int], nics: list[str] | None, timeout_s: float) -> None:
+def _node_interface(loopback: bool) -> str:
     import ray
 
-    loopback = address[0] == "127.0.0.1"
-    iface = nics[0] if nics else _interface_of("127.0.0.1" if loopback else ray.util.get_node_ip_address())
-    os.environ.update({f"HOROVOD_{key.upper()}": str(value) for key, value in slot.items()})
-    os.environ.update(HOROVOD_GLOO_RENDEZVOUS_ADDR=address[0], HOROVOD_GLOO_RENDEZVOUS_PORT=str(address[1]),
-                      HOROVOD_CONTROLLER="gloo", HOROVOD_CPU_OPERATIONS="gloo", HOROVOD_GLOO_IFACE=iface,
-                      HOROVOD_GLOO_TIMEOUT_SECONDS=str(max(1, round(timeout_s))))
+    return _interface_of("127.0.0.1" if loopback else ray.util.get_node_ip_address())
+
+
+def _env(slot: dict[str, Any], address: tuple[str, int], iface: str, timeout_s: float) -> dict[str, str]:
+    """The ``HOROVOD_*`` variables ``hvd.init()`` reads on the worker of ``slot``."""
+    return {**{f"HOROVOD_{key.upper()}": str(value) for key, value in slot.items()},
+            "HOROVOD_GLOO_RENDEZVOUS_ADDR": address[0], "HOROVOD_GLOO_RENDEZVOUS_PORT": str(address[1]),
+            "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo", "HOROVOD_GLOO_IFACE": iface,
+            "HOROVOD_GLOO_TIMEOUT_SECONDS": str(max(1, round(timeout_s)))}
 
 
 def _shutdown_horovod() -> None:
     for name in FRAMEWORKS:
         if name in sys.modules:
             sys.modules[name].shutdown()
-    for key in [k for k in os.environ if k.startswith("HOROVOD_")]:
-        del os.environ[key]
 
 
 class HorovodBackend(Backend):
-    def on_start(self, worker_group, backend_config: HorovodConfig) -> None:
-        import ray
-
+    def on_start(self, worker_group: WorkerGroup, backend_config: HorovodConfig) -> None:
         host, _ = worker_group.free_address(0)  # loopback when the group is on one node
         plan = slots(worker_group.workers)
         address = worker_group.execute_single(0, _start_rendezvous, host, plan, backend_config.verbose)
         nics = sorted(backend_config.nics) if backend_config.nics else None
-        ray.get([w.actor.execute.remote(_set_env, slot, address, nics, backend_config.timeout_s)
-                 for w, slot in zip(worker_group.workers, plan)])
+        ifaces = [nics[0]] * len(plan) if nics else worker_group.execute(_node_interface, host == "127.0.0.1")
+        worker_group.set_env([_env(slot, address, iface, backend_config.timeout_s)  # undone at teardown
+                              for slot, iface in zip(plan, ifaces)])
 
-    def on_shutdown(self, worker_group, backend_config: HorovodConfig) -> None:
+    def on_shutdown(self, worker_group: WorkerGroup, backend_config: HorovodConfig) -> None:
         worker_group.execute(_shutdown_horovod)
         worker_group.execute_single(0, _stop_rendezvous)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from trainkit import BackendConfig
+from trainkit.validation import check_int, check_positive
 
 INSTALL = "python -m trainkit_horovod.build"
 
@@ -46,10 +47,8 @@ class HorovodConfig(BackendConfig):
                                       or not all(isinstance(n, str) and n for n in self.nics)):
             raise ValueError(f"nics={self.nics!r} is invalid: expected None or a non-empty set of interface "
                              "names, e.g. {'eth0'}")
-        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or self.timeout_s <= 0:
-            raise ValueError(f"timeout_s={self.timeout_s!r} is invalid: expected a number > 0")
-        if isinstance(self.verbose, bool) or not isinstance(self.verbose, int) or self.verbose < 0:
-            raise ValueError(f"verbose={self.verbose!r} is invalid: expected an int >= 0")
+        check_positive("timeout_s", self.timeout_s)
+        check_int("verbose", self.verbose, 0)
         require_horovod()
 
     @property
@@ -57,7 +56,3 @@ class HorovodConfig(BackendConfig):
         from trainkit_horovod.backend import HorovodBackend
 
         return HorovodBackend
-
-    @property
-    def name(self) -> str:
-        return "horovod"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 from trainkit import DataParallelTrainer
 
 from trainkit_horovod.config import HorovodConfig
@@ -24,9 +22,5 @@ class HorovodTrainer(DataParallelTrainer):
         HorovodTrainer(train_fn, scaling_config=trainkit.ScalingConfig(num_workers=2)).fit()
     """
 
-    def __init__(self, train_loop_per_worker: Callable, *, horovod_config: HorovodConfig | None = None,
-                 **kwargs: Any):
-        if horovod_config is not None and not isinstance(horovod_config, HorovodConfig):
-            raise TypeError(f"horovod_config must be a HorovodConfig, got {type(horovod_config).__name__}")
-        kwargs.setdefault("backend_config", horovod_config or HorovodConfig())
-        super().__init__(train_loop_per_worker, **kwargs)
+    config_cls = HorovodConfig
+    config_arg = "horovod_config"

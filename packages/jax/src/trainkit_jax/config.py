@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from trainkit import BackendConfig
+from trainkit.validation import check_positive
 
 PLATFORMS = (None, "cpu", "gpu", "tpu")
 
@@ -30,15 +31,10 @@ class JaxConfig(BackendConfig):
     def __post_init__(self) -> None:
         if self.platform not in PLATFORMS:
             raise ValueError(f"platform={self.platform!r} is invalid: expected one of {PLATFORMS}")
-        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or self.timeout_s <= 0:
-            raise ValueError(f"timeout_s={self.timeout_s!r} is invalid: expected a number > 0")
+        check_positive("timeout_s", self.timeout_s)
 
     @property
     def backend_cls(self):
         from trainkit_jax.backend import JaxBackend
 
         return JaxBackend
-
-    @property
-    def name(self) -> str:
-        return "jax"

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import trainkit
-from trainkit import Checkpoint
-from trainkit.callbacks import MetricNames
+from trainkit.callbacks import ReportCallbackBase
 
 from trainkit_lightgbm.checkpoint import LightGBMCheckpointIO
 
-if TYPE_CHECKING:
-    import lightgbm
 
-
-class ReportCallback:
+class ReportCallback(ReportCallbackBase):
     """Reports the latest evaluation results and ``iteration`` (rounds in the model) every round;
     every ``frequency``-th round's report and, with ``checkpoint_at_end``, the last round's carry a
     checkpoint of the model, saved by rank 0. When early stopping ends training, the round it stops
@@ -35,33 +30,17 @@ class ReportCallback:
     """
 
     CHECKPOINT_NAME = "model.txt"  # Ray Train's name for the default ``filename``
+    checkpoint_io_cls = LightGBMCheckpointIO
+    framework = "LightGBM"
 
     # After record_evaluation (20), before early_stopping (30), which ends training by raising:
     # the round that stops training is still reported; report the final model after train() returns.
     order = 25
-
-    def __init__(self, metrics: str | list[str] | dict[str, str] | None = None, filename: str = CHECKPOINT_NAME,
-                 frequency: int = 0, checkpoint_at_end: bool = True):
-        if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 0:
-            raise ValueError(f"frequency={frequency!r} is invalid: expected an int >= 0 (0: only at the end)")
-        self._metrics = MetricNames(metrics, framework="LightGBM")
-        self._io = LightGBMCheckpointIO(filename)
-        self._frequency, self._checkpoint_at_end = frequency, checkpoint_at_end
-
-    @classmethod
-    def get_model(cls, checkpoint: Checkpoint, filename: str = CHECKPOINT_NAME) -> "lightgbm.Booster":
-        """The Booster in a checkpoint this callback reported, verified against its manifest."""
-        return LightGBMCheckpointIO(filename).load(checkpoint)
 
     def _results(self, evaluation_results: list) -> dict[str, Any]:
         return self._metrics.select({f"{data}-{metric}": value for data, metric, value, *_ in evaluation_results or []})
 
     def __call__(self, env: Any) -> None:
         rounds = env.iteration + 1
-        last = rounds == env.end_iteration
-        checkpoint = (bool(self._frequency) and rounds % self._frequency == 0) or (last and self._checkpoint_at_end)
         metrics = {**self._results(env.evaluation_result_list), "iteration": rounds}
-        if checkpoint:
-            self._io.report(metrics, env.model)  # every rank reports; rank 0 saves the (identical) model
-        else:
-            trainkit.report(metrics)
+        self.report(metrics, env.model, self.checkpoint_due(rounds, last=rounds == env.end_iteration))

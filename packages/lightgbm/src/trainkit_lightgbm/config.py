@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from trainkit import BackendConfig
+from trainkit.validation import check_positive
 
 
 @dataclass
@@ -21,15 +22,10 @@ class LightGBMConfig(BackendConfig):
     timeout_s: float = 7200.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or self.timeout_s <= 0:
-            raise ValueError(f"timeout_s={self.timeout_s!r} is invalid: expected a number > 0")
+        check_positive("timeout_s", self.timeout_s)
 
     @property
     def backend_cls(self):
         from trainkit_lightgbm.backend import LightGBMBackend
 
         return LightGBMBackend
-
-    @property
-    def name(self) -> str:
-        return "lightgbm"

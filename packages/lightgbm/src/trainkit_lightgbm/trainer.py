@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 from trainkit import DataParallelTrainer
 
 from trainkit_lightgbm.config import LightGBMConfig
@@ -18,9 +16,5 @@ class LightGBMTrainer(DataParallelTrainer):
         LightGBMTrainer(train_fn, scaling_config=trainkit.ScalingConfig(num_workers=2)).fit()
     """
 
-    def __init__(self, train_loop_per_worker: Callable, *, lightgbm_config: LightGBMConfig | None = None,
-                 **kwargs: Any):
-        if lightgbm_config is not None and not isinstance(lightgbm_config, LightGBMConfig):
-            raise TypeError(f"lightgbm_config must be a LightGBMConfig, got {type(lightgbm_config).__name__}")
-        kwargs.setdefault("backend_config", lightgbm_config or LightGBMConfig())
-        super().__init__(train_loop_per_worker, **kwargs)
+    config_cls = LightGBMConfig
+    config_arg = "lightgbm_config"

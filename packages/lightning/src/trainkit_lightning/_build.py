@@ -21,6 +21,7 @@ from typing import Any
 
 import trainkit
 from trainkit.checkpoint import resume_file
+from trainkit.validation import check_int
 
 from trainkit_lightning import _public
 
@@ -102,8 +103,7 @@ def classes_for(namespace: str) -> SimpleNamespace:
     class ReportCallback(_public.ReportCallback, pl.callbacks.Callback):
         def __init__(self, every_n_epochs: int = 1,
                      checkpoint_upload_mode: Any = trainkit.CheckpointUploadMode.SYNC) -> None:
-            if isinstance(every_n_epochs, bool) or not isinstance(every_n_epochs, int) or every_n_epochs < 1:
-                raise ValueError(f"ReportCallback(every_n_epochs={every_n_epochs!r}) is invalid: expected an int >= 1")
+            check_int("every_n_epochs", every_n_epochs, 1)
             self.every_n_epochs = every_n_epochs
             self.checkpoint_upload_mode = trainkit.CheckpointUploadMode(checkpoint_upload_mode)
 

@@ -12,7 +12,3 @@ class LightningConfig(TorchConfig):
     """``TorchConfig`` under the backend name ``lightning``: Lightning's strategies join the process
     group trainkit-torch sets up. Lightning itself is not pre-imported on the workers: which of its two
     import names a run uses is read from what the training function imports."""
-
-    @property
-    def name(self) -> str:
-        return "lightning"

@@ -19,7 +19,7 @@ Example::
     model = ReportCallback.get_model(result.checkpoint)
 """
 
-from typing import Any
+from trainkit.lazy import lazy_exports
 
 from trainkit_tf.checkpoint import KerasCheckpointIO
 from trainkit_tf.config import TensorflowConfig
@@ -31,9 +31,5 @@ __all__ = ["KerasCheckpointIO", "ReportCallback", "TensorflowConfig", "Tensorflo
            "prepare_dataset_shard"]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "ReportCallback":  # built on tf.keras: imported when used, after the worker picked its Keras
-        from trainkit_tf.callback import ReportCallback
-
-        return ReportCallback
-    raise AttributeError(f"module 'trainkit_tf' has no attribute {name!r}")
+# ReportCallback is built on tf.keras: imported when used, after the worker picked its Keras.
+__getattr__ = lazy_exports(__name__, {"ReportCallback": "trainkit_tf.callback"})

@@ -41,7 +41,3 @@ class TensorflowConfig(BackendConfig):
         from trainkit_tf.backend import TensorflowBackend
 
         return TensorflowBackend
-
-    @property
-    def name(self) -> str:
-        return "tf"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from trainkit.validation import check_int
+
 from trainkit_tf.checkpoint import keras_module
 
 
@@ -28,8 +30,7 @@ def fit_loop(model: Any, dataset: Any, *, epochs: int, steps_per_epoch: int, ini
 
     for field, value, least in (("epochs", epochs, 1), ("steps_per_epoch", steps_per_epoch, 1),
                                 ("initial_epoch", initial_epoch, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"{field}={value!r} is invalid: expected an int >= {least}")
+        check_int(field, value, least)
     if getattr(model, "optimizer", None) is None or getattr(model, "loss", None) is None:
         raise ValueError("fit_loop needs a compiled model: model.compile(optimizer=..., loss=...) "
                          "under strategy.scope()")

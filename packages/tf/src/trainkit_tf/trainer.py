@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 from trainkit import DataParallelTrainer
 
 from trainkit_tf.config import TensorflowConfig
@@ -24,9 +22,5 @@ class TensorflowTrainer(DataParallelTrainer):
         TensorflowTrainer(train_fn, scaling_config=trainkit.ScalingConfig(num_workers=2)).fit()
     """
 
-    def __init__(self, train_loop_per_worker: Callable, *, tensorflow_config: TensorflowConfig | None = None,
-                 **kwargs: Any):
-        if tensorflow_config is not None and not isinstance(tensorflow_config, TensorflowConfig):
-            raise TypeError(f"tensorflow_config must be a TensorflowConfig, got {type(tensorflow_config).__name__}")
-        kwargs.setdefault("backend_config", tensorflow_config or TensorflowConfig())
-        super().__init__(train_loop_per_worker, **kwargs)
+    config_cls = TensorflowConfig
+    config_arg = "tensorflow_config"

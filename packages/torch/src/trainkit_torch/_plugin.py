@@ -16,11 +16,9 @@ def trainkit_register_backends(registry) -> None:
     registry.register("torch", TorchConfig, TorchTrainer)
 
 
-def _set_visible_gpus(visible: str, own: list[str]) -> None:
-    import os
-
-    os.environ["CUDA_VISIBLE_DEVICES"] = visible
-    os.environ["TRAINKIT_GPU_INDEX"] = str(visible.split(",").index(own[0])) if own else "0"
+def _gpu_env(visible: str, own: list[str]) -> dict[str, str]:
+    return {"CUDA_VISIBLE_DEVICES": visible,
+            "TRAINKIT_GPU_INDEX": str(visible.split(",").index(own[0])) if own else "0"}
 
 
 @hookimpl
@@ -28,11 +26,8 @@ def trainkit_setup_accelerators(worker_group, scaling_config, backend_config) ->
     """Every worker on a node sees all of that node's GPUs, so NCCL can use peer-to-peer paths."""
     if not (scaling_config.use_gpu and isinstance(backend_config, TorchConfig)):
         return
-    import ray
-
     per_node: dict[str, set[str]] = {}
     for w in worker_group.workers:
         per_node.setdefault(w.node_id, set()).update(w.accelerator_ids.get("GPU", []))
-    ray.get([w.actor.execute.remote(_set_visible_gpus, ",".join(sorted(per_node[w.node_id], key=int)),
-                                    w.accelerator_ids.get("GPU", []))
-             for w in worker_group.workers])
+    worker_group.set_env([_gpu_env(",".join(sorted(per_node[w.node_id], key=int)), w.accelerator_ids.get("GPU", []))
+                          for w in worker_group.workers])

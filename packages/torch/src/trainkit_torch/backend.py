@@ -7,20 +7,20 @@ import socket
 from datetime import timedelta
 
 from trainkit import Backend
-from trainkit.backend import interface_of
+from trainkit.backend import WorkerGroup, interface_of
 
 from trainkit_torch.config import TorchConfig
 from trainkit_torch.train_loop_utils import gpu_index
 
 
-def _init_process_group(backend: str | None, init_method: str, master: tuple[str, int], rank: int,
-                        world_size: int, timeout_s: float) -> str:
+def _init_process_group(backend: str | None, addr: str, port: int, rank: int, world_size: int,
+                        timeout_s: float) -> str:
     import torch
     import torch.distributed as dist
 
+    if not torch.cuda.is_available():  # Accelerate's switch to multi-CPU: without it, Accelerator()
+        os.environ["ACCELERATE_USE_CPU"] = "true"  # and transformers.Trainer would each train alone
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-    addr, port = master
-    os.environ.update(MASTER_ADDR=addr, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
     if backend == "nccl":
         torch.cuda.set_device(gpu_index())
     elif backend == "gloo" and "GLOO_SOCKET_IFNAME" not in os.environ:
@@ -50,17 +50,6 @@ def _bind_gloo_to_node_address(master_addr: str) -> None:
         os.environ["GLOO_SOCKET_IFNAME"] = iface
 
 
-def _set_rank_env(world_rank: int, local_rank: int, local_world_size: int, node_rank: int) -> None:
-    """torchrun's variables; and on a worker without GPUs, Accelerate's switch to multi-CPU (without
-    it, ``Accelerator()`` and ``transformers.Trainer`` would each train alone on every worker)."""
-    import torch
-
-    os.environ.update(LOCAL_RANK=str(local_rank), LOCAL_WORLD_SIZE=str(local_world_size),
-                      NODE_RANK=str(node_rank), GROUP_RANK=str(node_rank))
-    if not torch.cuda.is_available():
-        os.environ["ACCELERATE_USE_CPU"] = "true"
-
-
 def _destroy_process_group() -> None:
     import torch.distributed as dist
 
@@ -69,19 +58,12 @@ def _destroy_process_group() -> None:
 
 
 class TorchBackend(Backend):
-    def on_start(self, worker_group, backend_config: TorchConfig) -> None:
-        workers = worker_group.workers
-        master = worker_group.free_address(0)
-        import ray
+    def on_start(self, worker_group: WorkerGroup, backend_config: TorchConfig) -> None:
+        ranks = worker_group.rendezvous()
+        worker_group.set_env([r.env() for r in ranks])  # torchrun's variables (init_method "env" reads them)
+        worker_group.execute_per_rank(_init_process_group, [
+            (backend_config.backend, r.master_addr, r.master_port, r.world_rank, r.world_size, backend_config.timeout_s)
+            for r in ranks])
 
-        node_sizes: dict[int, int] = {}
-        for w in workers:
-            node_sizes[w.node_rank] = node_sizes.get(w.node_rank, 0) + 1
-        ray.get([w.actor.execute.remote(_set_rank_env, w.world_rank, w.local_rank, node_sizes[w.node_rank],
-                                        w.node_rank) for w in workers])
-        ray.get([w.actor.execute.remote(_init_process_group, backend_config.backend, backend_config.init_method,
-                                        master, w.world_rank, len(workers), backend_config.timeout_s)
-                 for w in workers])
-
-    def on_shutdown(self, worker_group, backend_config: TorchConfig) -> None:
+    def on_shutdown(self, worker_group: WorkerGroup, backend_config: TorchConfig) -> None:
         worker_group.execute(_destroy_process_group)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from trainkit import BackendConfig
+from trainkit.validation import check_positive
 
 
 @dataclass
@@ -27,8 +28,7 @@ class TorchConfig(BackendConfig):
     def __post_init__(self) -> None:
         if self.init_method not in ("env", "tcp"):
             raise ValueError(f"init_method={self.init_method!r} is invalid: expected 'env' or 'tcp'")
-        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or self.timeout_s <= 0:
-            raise ValueError(f"timeout_s={self.timeout_s!r} is invalid: expected a number > 0")
+        check_positive("timeout_s", self.timeout_s)
         if self.backend is not None and (not isinstance(self.backend, str) or not self.backend):
             raise ValueError(f"backend={self.backend!r} is invalid: expected None, 'gloo', 'nccl' or another torch backend")
 
@@ -37,7 +37,3 @@ class TorchConfig(BackendConfig):
         from trainkit_torch.backend import TorchBackend
 
         return TorchBackend
-
-    @property
-    def name(self) -> str:
-        return "torch"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 from trainkit import DataParallelTrainer
 
 from trainkit_torch.config import TorchConfig
@@ -19,9 +17,5 @@ class TorchTrainer(DataParallelTrainer):
         result = trainer.fit()
     """
 
-    def __init__(self, train_loop_per_worker: Callable, *, torch_config: TorchConfig | None = None,
-                 **kwargs: Any):
-        if torch_config is not None and not isinstance(torch_config, TorchConfig):
-            raise TypeError(f"torch_config must be a TorchConfig, got {type(torch_config).__name__}")
-        kwargs.setdefault("backend_config", torch_config or TorchConfig())
-        super().__init__(train_loop_per_worker, **kwargs)
+    config_cls = TorchConfig
+    config_arg = "torch_config"

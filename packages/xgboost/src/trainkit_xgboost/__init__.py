@@ -15,7 +15,7 @@ Example::
     booster = ReportCallback.get_model(result.checkpoint)
 """
 
-from typing import Any
+from trainkit.lazy import lazy_exports
 
 from trainkit_xgboost.checkpoint import XGBoostCheckpointIO
 from trainkit_xgboost.config import XGBoostConfig
@@ -24,11 +24,6 @@ from trainkit_xgboost.trainer import XGBoostTrainer
 __all__ = ["ReportCallback", "XGBoostCheckpointIO", "XGBoostConfig", "XGBoostTrainer"]
 
 
-def __getattr__(name: str) -> Any:
-    # ReportCallback subclasses xgboost's TrainingCallback: importing it imports xgboost, which the
-    # driver (and the plugin loader) should not pay for until a callback is made.
-    if name == "ReportCallback":
-        from trainkit_xgboost.callback import ReportCallback
-
-        return ReportCallback
-    raise AttributeError(f"module 'trainkit_xgboost' has no attribute {name!r}")
+# ReportCallback subclasses xgboost's TrainingCallback: importing it imports xgboost, which the
+# driver (and the plugin loader) should not pay for until a callback is made.
+__getattr__ = lazy_exports(__name__, {"ReportCallback": "trainkit_xgboost.callback"})

@@ -7,14 +7,12 @@ from typing import Any
 import xgboost
 from xgboost.callback import TrainingCallback
 
-import trainkit
-from trainkit import Checkpoint
-from trainkit.callbacks import MetricNames
+from trainkit.callbacks import ReportCallbackBase
 
 from trainkit_xgboost.checkpoint import XGBoostCheckpointIO
 
 
-class ReportCallback(TrainingCallback):
+class ReportCallback(ReportCallbackBase, TrainingCallback):
     """Reports the latest evaluation results and ``iteration`` (rounds in the model) every round;
     every ``frequency``-th round's report carries a checkpoint of the model, saved by rank 0. With
     ``checkpoint_at_end`` one more report after the last round carries the final model, unless that
@@ -35,21 +33,14 @@ class ReportCallback(TrainingCallback):
     """
 
     CHECKPOINT_NAME = "model.ubj"  # Ray Train's name for the default ``filename``
+    checkpoint_io_cls = XGBoostCheckpointIO
+    framework = "XGBoost"
 
     def __init__(self, metrics: str | list[str] | dict[str, str] | None = None, filename: str = CHECKPOINT_NAME,
                  frequency: int = 0, checkpoint_at_end: bool = True):
-        if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 0:
-            raise ValueError(f"frequency={frequency!r} is invalid: expected an int >= 0 (0: only at the end)")
-        self._metrics = MetricNames(metrics, framework="XGBoost")
-        self._io = XGBoostCheckpointIO(filename)
-        self._frequency, self._checkpoint_at_end = frequency, checkpoint_at_end
+        super().__init__(metrics, filename, frequency, checkpoint_at_end)
         self._latest: dict[str, Any] = {}
         self._last_checkpointed: int | None = None
-
-    @classmethod
-    def get_model(cls, checkpoint: Checkpoint, filename: str = CHECKPOINT_NAME) -> xgboost.Booster:
-        """The Booster in a checkpoint this callback reported, verified against its manifest."""
-        return XGBoostCheckpointIO(filename).load(checkpoint)
 
     def _results(self, evals_log: dict) -> dict[str, Any]:
         return self._metrics.select({f"{data}-{metric}": values[-1] for data, metrics in evals_log.items()
@@ -57,16 +48,13 @@ class ReportCallback(TrainingCallback):
 
     def _report(self, model: xgboost.Booster, with_checkpoint: bool) -> None:
         rounds = model.num_boosted_rounds()  # counts the rounds of a model training continued from, too
-        metrics = {**self._latest, "iteration": rounds}
         if with_checkpoint:
             self._last_checkpointed = rounds
-            self._io.report(metrics, model)  # every rank reports; rank 0 saves the (identical) model
-        else:
-            trainkit.report(metrics)
+        self.report({**self._latest, "iteration": rounds}, model, with_checkpoint)
 
     def after_iteration(self, model: xgboost.Booster, epoch: int, evals_log: dict) -> bool:
         self._latest = self._results(evals_log)
-        self._report(model, bool(self._frequency) and model.num_boosted_rounds() % self._frequency == 0)
+        self._report(model, self.checkpoint_due(model.num_boosted_rounds()))
         return False
 
     def after_training(self, model: xgboost.Booster) -> xgboost.Booster:

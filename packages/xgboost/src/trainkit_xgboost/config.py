@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar, ContextManager
 
 from trainkit import BackendConfig
+from trainkit.validation import check_positive
 
 
 @dataclass
@@ -22,8 +23,7 @@ class XGBoostConfig(BackendConfig):
     timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or self.timeout_s <= 0:
-            raise ValueError(f"timeout_s={self.timeout_s!r} is invalid: expected a number > 0")
+        check_positive("timeout_s", self.timeout_s)
 
     @property
     def backend_cls(self):
@@ -35,7 +35,3 @@ class XGBoostConfig(BackendConfig):
         from trainkit_xgboost.backend import communicator
 
         return communicator()
-
-    @property
-    def name(self) -> str:
-        return "xgboost"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 from trainkit import DataParallelTrainer
 
 from trainkit_xgboost.config import XGBoostConfig
@@ -18,9 +16,5 @@ class XGBoostTrainer(DataParallelTrainer):
                        scaling_config=trainkit.ScalingConfig(num_workers=2)).fit()
     """
 
-    def __init__(self, train_loop_per_worker: Callable, *, xgboost_config: XGBoostConfig | None = None,
-                 **kwargs: Any):
-        if xgboost_config is not None and not isinstance(xgboost_config, XGBoostConfig):
-            raise TypeError(f"xgboost_config must be an XGBoostConfig, got {type(xgboost_config).__name__}")
-        kwargs.setdefault("backend_config", xgboost_config or XGBoostConfig())
-        super().__init__(train_loop_per_worker, **kwargs)
+    config_cls = XGBoostConfig
+    config_arg = "xgboost_config"

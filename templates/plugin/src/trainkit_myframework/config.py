@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from trainkit import BackendConfig
+from trainkit.validation import check_positive
 
 
 @dataclass
@@ -22,15 +23,10 @@ class MyFrameworkConfig(BackendConfig):
     timeout_s: float = 300.0
 
     def __post_init__(self) -> None:  # bad input fails here, naming the field, before any work starts
-        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or self.timeout_s <= 0:
-            raise ValueError(f"timeout_s={self.timeout_s!r} is invalid: expected a number > 0")
+        check_positive("timeout_s", self.timeout_s)  # trainkit.validation: invalid(), check_int() too
 
     @property
     def backend_cls(self):
         from trainkit_myframework.backend import MyFrameworkBackend
 
         return MyFrameworkBackend
-
-    @property
-    def name(self) -> str:
-        return "myframework"

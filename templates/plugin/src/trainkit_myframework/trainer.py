@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 from trainkit import DataParallelTrainer
 
 from trainkit_myframework.config import MyFrameworkConfig
@@ -17,9 +15,5 @@ class MyFrameworkTrainer(DataParallelTrainer):
         MyFrameworkTrainer(train_fn, scaling_config=trainkit.ScalingConfig(num_workers=2)).fit()
     """
 
-    def __init__(self, train_loop_per_worker: Callable, *, myframework_config: MyFrameworkConfig | None = None,
-                 **kwargs: Any):
-        if myframework_config is not None and not isinstance(myframework_config, MyFrameworkConfig):
-            raise TypeError(f"myframework_config must be a MyFrameworkConfig, got {type(myframework_config).__name__}")
-        kwargs.setdefault("backend_config", myframework_config or MyFrameworkConfig())
-        super().__init__(train_loop_per_worker, **kwargs)
+    config_cls = MyFrameworkConfig  # MyFrameworkTrainer(fn, myframework_config=...) is its backend_config
+    config_arg = "myframework_config"

@@ -49,21 +49,10 @@ class LaunchConfig(BackendConfig):
     def backend_cls(self) -> type[Backend]:
         return _LaunchBackend
 
-    @property
-    def name(self) -> str:
-        return "launch"
-
-
-def _set_env(env: dict[str, str]) -> None:
-    os.environ.update(env)
-
 
 class _LaunchBackend(Backend):
     def on_start(self, worker_group: Any, backend_config: BackendConfig) -> None:
-        host, port = worker_group.free_address(0)
-        num_nodes = len({w.node_id for w in worker_group.workers})
-        worker_group.execute(_set_env, {"MASTER_ADDR": host, "MASTER_PORT": str(port),
-                                        "GROUP_WORLD_SIZE": str(num_nodes)})
+        worker_group.set_env([r.env() for r in worker_group.rendezvous()])
 
 
 def torchrun_env(context: Any) -> dict[str, str]:

@@ -27,6 +27,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from trainkit import hookspecs
+from trainkit.backend import BackendConfig
 
 logger = logging.getLogger("trainkit.plugins")
 GROUP = "trainkit.plugins"
@@ -66,6 +67,8 @@ class BackendRegistry:
         if name in self.entries:
             raise ValueError(f"backend {name!r} is already registered by plugin {self.entries[name].plugin!r}")
         self.entries[name] = BackendEntry(name, config_cls, trainer_cls, self.plugin)
+        if isinstance(config_cls, type) and issubclass(config_cls, BackendConfig):
+            config_cls._registered_name = name  # its BackendConfig.name, shown in progress and run state
 
 
 class Plugins:

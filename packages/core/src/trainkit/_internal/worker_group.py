@@ -1,17 +1,18 @@
-"""A group of worker actors in one placement group, with ranks assigned node by node."""
+"""A group of worker actors in one placement group, with ranks assigned node by node: the
+implementation of ``trainkit.backend.WorkerGroup``."""
 
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 from trainkit._internal import net, tpu
 from trainkit._internal.plugins import get_plugins
 from trainkit._internal.reservation import reserved_bundles
 from trainkit._internal.session import TrainContext
 from trainkit._internal.worker import Worker
+from trainkit.backend import Rendezvous, WorkerInfo
 from trainkit.config import ScalingConfig
 
 PLACEMENT_TIMEOUT_S = float(os.environ.get("TRAINKIT_PLACEMENT_TIMEOUT_S", "60"))
@@ -19,18 +20,6 @@ PLACEMENT_TIMEOUT_S = float(os.environ.get("TRAINKIT_PLACEMENT_TIMEOUT_S", "60")
 
 class PlacementError(RuntimeError):
     """The cluster cannot place the requested workers."""
-
-
-@dataclass(frozen=True)
-class WorkerInfo:
-    actor: Any
-    world_rank: int
-    local_rank: int
-    node_rank: int
-    node_id: str
-    ip: str
-    pid: int
-    accelerator_ids: dict[str, list[str]]
 
 
 def _actor_options(resources: dict[str, float]) -> dict[str, Any]:
@@ -45,7 +34,7 @@ def _actor_options(resources: dict[str, float]) -> dict[str, Any]:
 
 
 class WorkerGroup:
-    """Workers of one attempt. ``execute`` runs a function on every rank, in parallel."""
+    """Workers of one attempt (``trainkit.backend.WorkerGroup`` says what a backend may call)."""
 
     def __init__(self, workers: list[WorkerInfo], placement_group: Any, marks: dict[str, float]):
         self.workers = workers
@@ -110,14 +99,11 @@ class WorkerGroup:
             workers = _assign_ranks(actors, infos, lambda info, i: tpu.rank_order(info, slice_names) if slice_names
                                     else (info["node_id"] != driver_node, i))
             group = cls(workers, None if reserved else pg, marks)  # a trial's reservation stays the trial's
-            node_sizes = {w.node_rank: 0 for w in workers}
-            for w in workers:
-                node_sizes[w.node_rank] += 1
             num_slices = num_workers // per_slice if scaling.use_tpu else 1
             ray.get([
                 w.actor.setup.remote(
                     TrainContext(world_rank=w.world_rank, world_size=num_workers, local_rank=w.local_rank,
-                                 local_world_size=node_sizes[w.node_rank], node_rank=w.node_rank,
+                                 local_world_size=w.local_world_size, node_rank=w.node_rank,
                                  experiment_name=run_name, attempt=attempt, storage=storage),
                     {**(env or {}), "TRAINKIT_RANK": str(w.world_rank),
                      **(tpu.multislice_env(workers[0].ip, num_slices, w.world_rank // per_slice)
@@ -152,6 +138,40 @@ class WorkerGroup:
 
         return ray.get(self.workers[rank].actor.execute.remote(fn, *args, **kwargs))
 
+    def execute_per_rank(self, fn: Callable, args_per_rank: Sequence[Sequence[Any]]) -> list[Any]:
+        """``fn(*args_per_rank[r])`` on every rank r in parallel; results in rank order."""
+        import ray
+
+        if len(args_per_rank) != len(self.workers):
+            raise ValueError(f"execute_per_rank got {len(args_per_rank)} argument tuples for "
+                             f"{len(self.workers)} ranks: expected one per rank")
+        return ray.get([w.actor.execute.remote(fn, *args) for w, args in zip(self.workers, args_per_rank)])
+
+    def set_env(self, env: Mapping[str, str] | Sequence[Mapping[str, str]]) -> None:
+        """Set variables on every rank (one mapping, or one per rank); undone at ``shutdown``."""
+        per_rank = [env] * len(self.workers) if isinstance(env, Mapping) else list(env)
+        if len(per_rank) != len(self.workers):
+            raise ValueError(f"set_env got {len(per_rank)} mappings for {len(self.workers)} ranks: "
+                             "expected one for every rank, or one per rank")
+        for mapping in per_rank:
+            bad = {k: v for k, v in mapping.items() if not (isinstance(k, str) and isinstance(v, str))}
+            if bad:
+                raise TypeError(f"set_env: environment variables are str to str, got {bad!r}")
+        self.execute_per_rank(_set_env, [(dict(mapping),) for mapping in per_rank])
+
+    def restore_env(self, timeout_s: float | None = None) -> None:
+        """Undo ``set_env`` on every rank (``shutdown`` does, after the backend's ``on_shutdown``)."""
+        import ray
+
+        ray.get(self.execute_async(_restore_env), timeout=timeout_s)
+
+    def rendezvous(self) -> list[Rendezvous]:
+        """Every rank's ranks and sizes, with rank 0's node address and a port free there."""
+        addr, port = self.free_address(0)
+        num_nodes = len({w.node_rank for w in self.workers})
+        return [Rendezvous(addr, port, w.world_rank, len(self.workers), w.local_rank, w.local_world_size,
+                           w.node_rank, num_nodes) for w in self.workers]
+
     def free_address(self, rank: int = 0) -> tuple[str, int]:
         """A host other ranks reach ``rank``'s node at, and a TCP port free there, for a framework's
         rendezvous: 127.0.0.1 when the whole group is on one node (nothing listens beyond
@@ -181,6 +201,7 @@ class WorkerGroup:
 
         if graceful:
             try:
+                self.restore_env(timeout_s)
                 ray.get([w.actor.stop.remote() for w in self.workers], timeout=timeout_s)
             except Exception:  # noqa: BLE001 - teardown goes on regardless
                 pass
@@ -198,10 +219,29 @@ def _assign_ranks(actors: list[Any], infos: list[dict], node_key: Callable[[dict
         keys.setdefault(info["node_id"], node_key(info, i))
     node_order = sorted(keys, key=keys.__getitem__)
     ordered = sorted(zip(actors, infos), key=lambda ai: node_order.index(ai[1]["node_id"]))
+    sizes = {n: sum(info["node_id"] == n for info in infos) for n in node_order}
     workers, local = [], {n: 0 for n in node_order}
     for rank, (actor, info) in enumerate(ordered):
         node = info["node_id"]
-        workers.append(WorkerInfo(actor, rank, local[node], node_order.index(node), node, info["ip"],
+        workers.append(WorkerInfo(actor, rank, local[node], sizes[node], node_order.index(node), node, info["ip"],
                                   info["pid"], info["accelerator_ids"]))
         local[node] += 1
     return workers
+
+
+_env_before: dict[str, str | None] = {}  # in a worker process: what set_env replaced, for _restore_env
+
+
+def _set_env(env: dict[str, str]) -> None:
+    for key in env:
+        _env_before.setdefault(key, os.environ.get(key))
+    os.environ.update(env)
+
+
+def _restore_env() -> None:
+    for key, value in _env_before.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    _env_before.clear()

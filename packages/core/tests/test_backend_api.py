@@ -1,0 +1,145 @@
+"""What a plugin author builds on: the public worker group (trainkit.backend.WorkerGroup), the
+trainer with a default config, the registry's backend name, trainkit.validation and lazy_exports."""
+
+import os
+import sys
+import types
+from dataclasses import dataclass
+
+import pytest
+
+import trainkit
+from trainkit import Backend, BackendConfig, DataParallelTrainer, ScalingConfig
+from trainkit.lazy import lazy_exports
+from trainkit.validation import check_int, check_positive
+
+RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                   "NODE_RANK", "GROUP_WORLD_SIZE")
+seen: dict[str, list] = {}  # what the backend saw in the driver
+
+
+def _rank_and(value):
+    return int(os.environ["TRAINKIT_RANK"]), value
+
+
+def _env(*names):
+    return {name: os.environ.get(name) for name in names}
+
+
+class _AuthorBackend(Backend):  # written from docs/extending.md: the public interface only
+    def on_start(self, worker_group, backend_config):
+        ranks = worker_group.rendezvous()
+        worker_group.set_env([{**r.env(), "AUTHOR_GREETING": f"hello {r.world_rank}"} for r in ranks])
+        seen["per_rank"] = worker_group.execute_per_rank(_rank_and, [(f"arg {r.world_rank}",) for r in ranks])
+
+    def on_shutdown(self, worker_group, backend_config):
+        seen["at_shutdown"] = worker_group.execute(_env, "AUTHOR_GREETING")
+
+
+@dataclass
+class AuthorConfig(BackendConfig):
+    @property
+    def backend_cls(self):
+        return _AuthorBackend
+
+
+class AuthorTrainer(DataParallelTrainer):
+    config_cls = AuthorConfig
+    config_arg = "author_config"
+
+
+def _report_env():
+    trainkit.report(_env(*RENDEZVOUS_VARS, "AUTHOR_GREETING"))
+
+
+class _Reports(trainkit.UserCallback):
+    def after_report(self, run_context, metrics, checkpoint):
+        seen["reports"] = metrics  # every rank's
+
+
+def test_a_backend_on_the_public_worker_group_sets_per_rank_env_and_arguments(ray_cluster, run_config):
+    AuthorTrainer(_report_env, scaling_config=ScalingConfig(num_workers=2),
+                  run_config=run_config(callbacks=[_Reports()])).fit()
+    assert seen["per_rank"] == [(0, "arg 0"), (1, "arg 1")]  # rank r got args_per_rank[r]
+    assert seen["at_shutdown"] == [{"AUTHOR_GREETING": "hello 0"}, {"AUTHOR_GREETING": "hello 1"}]
+    rank0, rank1 = seen["reports"]
+    assert rank0["MASTER_ADDR"] == rank1["MASTER_ADDR"] == "127.0.0.1"  # one node: loopback
+    assert rank0["MASTER_PORT"] == rank1["MASTER_PORT"] and int(rank0["MASTER_PORT"]) > 0
+    for rank, env in enumerate((rank0, rank1)):
+        assert {k: env[k] for k in RENDEZVOUS_VARS[2:] + ("AUTHOR_GREETING",)} == {
+            "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
+            "NODE_RANK": "0", "GROUP_WORLD_SIZE": "1", "AUTHOR_GREETING": f"hello {rank}"}
+
+
+def test_set_env_is_undone_and_bad_input_is_refused(ray_cluster):
+    from trainkit._internal.worker_group import WorkerGroup
+
+    group = WorkerGroup.start(ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}), 2,
+                              run_name="env", attempt=0, storage=None, env={"AUTHOR_KEEP": "before"})
+    try:
+        group.set_env({"AUTHOR_KEEP": "during", "AUTHOR_NEW": "x"})
+        assert group.execute(_env, "AUTHOR_KEEP", "AUTHOR_NEW") == [{"AUTHOR_KEEP": "during", "AUTHOR_NEW": "x"}] * 2
+        group.restore_env()  # what shutdown does after on_shutdown
+        assert group.execute(_env, "AUTHOR_KEEP", "AUTHOR_NEW") == [{"AUTHOR_KEEP": "before", "AUTHOR_NEW": None}] * 2
+        with pytest.raises(TypeError, match=r"set_env: environment variables are str to str, got \{'PORT': 1\}"):
+            group.set_env({"PORT": 1})
+        with pytest.raises(ValueError, match="set_env got 1 mappings for 2 ranks"):
+            group.set_env([{"PORT": "1"}])
+        with pytest.raises(ValueError, match="execute_per_rank got 1 argument tuples for 2 ranks"):
+            group.execute_per_rank(_rank_and, [("only one",)])
+        assert [w.local_world_size for w in group.workers] == [2, 2]
+    finally:
+        group.shutdown(graceful=True)
+
+
+def test_a_trainer_with_a_default_config():
+    trainer = AuthorTrainer(_report_env)
+    assert type(trainer.backend_config) is AuthorConfig
+    given = AuthorConfig()
+    assert AuthorTrainer(_report_env, author_config=given).backend_config is given
+    with pytest.raises(TypeError, match="author_config must be an AuthorConfig, got BackendConfig"):
+        AuthorTrainer(_report_env, author_config=BackendConfig())
+    with pytest.raises(TypeError, match="AuthorTrainer takes author_config or backend_config, not both"):
+        AuthorTrainer(_report_env, author_config=given, backend_config=AuthorConfig())
+    with pytest.raises(TypeError, match="unexpected keyword argument 'autor_config'"):
+        AuthorTrainer(_report_env, autor_config=given)
+    with pytest.raises(TypeError, match="BadTrainer.config_arg must name its keyword argument, e.g. 'author_config'"):
+        type("BadTrainer", (DataParallelTrainer,), {"config_cls": AuthorConfig})
+
+
+def test_the_registry_names_the_config():
+    from trainkit._internal.plugins import BackendRegistry
+
+    @dataclass
+    class PaddleConfig(BackendConfig):
+        pass
+
+    assert PaddleConfig().name == "paddle"  # unregistered: the class's name
+    BackendRegistry().register("paddlepaddle", PaddleConfig)
+    assert PaddleConfig().name == "paddlepaddle"
+
+
+def test_validation_helpers_name_the_field_and_what_is_allowed():
+    check_positive("timeout_s", 0.5)
+    check_int("frequency", 0, 0)
+    for bad in (0, -1, True, "30", None):
+        with pytest.raises(ValueError, match=rf"timeout_s={bad!r} is invalid: expected a number > 0"):
+            check_positive("timeout_s", bad)
+    with pytest.raises(ValueError, match=r"frequency=-1 is invalid: expected an int >= 0 \(0: only at the end\)"):
+        check_int("frequency", -1, 0, "0: only at the end")
+    with pytest.raises(ValueError, match="every_n_epochs=1.5 is invalid: expected an int >= 1"):
+        check_int("every_n_epochs", 1.5, 1)
+
+
+def test_lazy_exports_import_on_first_use(monkeypatch):
+    package = types.ModuleType("author_pkg")
+    monkeypatch.setitem(sys.modules, "author_pkg", package)
+    monkeypatch.delitem(sys.modules, "colorsys", raising=False)
+    package.__getattr__ = lazy_exports("author_pkg", {"rgb_to_hsv": "colorsys"})
+    assert "colorsys" not in sys.modules
+    from author_pkg import rgb_to_hsv
+
+    assert rgb_to_hsv(1, 0, 0) == (0.0, 1.0, 1)
+    assert package.__dict__["rgb_to_hsv"] is rgb_to_hsv  # kept: the next use is a plain attribute
+    with pytest.raises(AttributeError, match="module 'author_pkg' has no attribute 'other'"):
+        package.other
