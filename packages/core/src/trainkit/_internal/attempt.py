@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import os
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -16,7 +17,7 @@ from trainkit._internal.failure_policy import Outcome
 from trainkit._internal.ingest import datasets_per_rank
 from trainkit._internal.progress import ProgressWatch
 from trainkit._internal.report_log import ReportLog
-from trainkit._internal.run_logs import RunLogs
+from trainkit._internal.run_logs import LOGS, RunLogs
 from trainkit._internal.run_state import RunState, start_profile
 from trainkit._internal.session import SALVAGE_S, Session, set_session
 from trainkit._internal.worker import call_train_fn, failure_event
@@ -27,6 +28,7 @@ from trainkit.errors import ControllerError, TrainingFailedError, WorkerGroupErr
 
 POLL_S = 2.0  # a worker answers a poll at least this often (heartbeat)
 ELASTIC_PLACEMENT_S = 10.0  # an elastic start waits this long for more than min_workers, then tries fewer
+TAIL_LINES = 20  # of a dead rank's output, shown in its error
 
 
 @dataclass
@@ -74,6 +76,7 @@ class AttemptRunner:
         self.ray_start_s = ray_start_s  # this fit's, shown in its first attempt's profile
         self._start_marks: dict[str, float] = {}  # the attempt's, until its first report
         self._import_s: list[float] = []
+        self._tails: dict[int, deque[str]] = {}  # each rank's last lines of output, this attempt
         self._first_attempt = reports.state.attempt
 
     @property
@@ -110,7 +113,7 @@ class AttemptRunner:
         outcome = AttemptResult()
         group = None
         marks = {"begin": time.monotonic()}
-        self._start_marks, self._import_s = {}, []
+        self._start_marks, self._import_s, self._tails = {}, [], {}
         try:
             group = self._start_group(size)
             num_workers = self.reports.world_size = len(group)
@@ -157,6 +160,7 @@ class AttemptRunner:
     def _on_output(self, event: Output) -> None:
         if not event.progress:  # a progress bar's line is kept once finished
             self.logs.write(self.state.attempt, event.rank, event.text)
+            self._tails.setdefault(event.rank, deque(maxlen=TAIL_LINES)).extend(event.text.split("\n"))
         self.display.worker_output(event.rank, event.text, progress=event.progress)
 
     def _watch(self, group: Any) -> AttemptResult:
@@ -188,9 +192,7 @@ class AttemptRunner:
                 try:
                     events = ray.get(ref)
                 except ray.exceptions.RayActorError as exc:
-                    outcome.error = WorkerGroupError(
-                        f"rank {rank} died: its worker process exited unexpectedly ({type(exc).__name__})",
-                        {rank: exc}, rank=rank, error_type="WorkerDied")
+                    outcome.error = self._died(rank, exc)
                     break
                 except ray.exceptions.RayError as exc:  # e.g. an event that cannot be unpickled here
                     outcome.error = WorkerGroupError(f"rank {rank}: its events could not be received: {exc}",
@@ -231,6 +233,15 @@ class AttemptRunner:
             return outcome
         self.reports.drop_unmatched()
         return outcome
+
+    def _died(self, rank: int, exc: BaseException) -> WorkerGroupError:
+        """A rank's process is gone (killed: out of memory, SIGKILL, a crash): what it printed last is the clue."""
+        log = self.storage.path(LOGS, f"attempt_{self.state.attempt}", f"rank_{rank}.txt")
+        tail = "\n".join(self._tails.get(rank, ())) or "(none received)"
+        return WorkerGroupError(
+            f"rank {rank} died: its worker process exited unexpectedly ({type(exc).__name__}; killed by the "
+            f"system, e.g. out of memory, or by a signal)\n\nLast output of rank {rank} (all of it: {log}):\n{tail}",
+            {rank: exc}, rank=rank, error_type="WorkerDied")
 
     def _salvage_reports(self, group: Any, refs: dict[Any, int], failed: int | None) -> None:
         """A rank failed: commit what the other ranks had already reported (a checkpoint whose
