@@ -28,7 +28,7 @@ __all__ = ["CheckpointCorruptError", "ControllerError", "PlacementError", "Preem
            "WorkerGroupError"]
 
 
-class TrainkitWarning(UserWarning):
+class TrainkitWarning(RuntimeWarning):
     """The category of every warning trainkit issues (also logged to the ``"trainkit"`` logger).
     ``warnings.filterwarnings("error", category=trainkit.errors.TrainkitWarning)`` makes them errors."""
 

@@ -130,7 +130,7 @@ class Controller:
                 decision = self.policy.decide(attempt.outcome())
                 size = decision.size
                 if decision.action == "resize":
-                    self.display.note(f"{decision.reason} from {state.latest_checkpoint or 'scratch'}")
+                    self.display.note(f"{decision.reason} from {state.latest_checkpoint or 'scratch'}", logging.INFO)
                     self._next_attempt()
                     continue
                 if decision.action == "finish":

@@ -195,7 +195,7 @@ class ReportLog:
             return
         records = {record.name: record for record in self.state.checkpoints}
         for name, metrics in finished:
-            self.display.note(f"validated {name}: {metrics}")
+            self.display.note(f"validated {name}: {metrics}", logging.INFO)
             if name in records:  # else a retention already dropped it: nothing to rank
                 records[name].metrics = {**records[name].metrics, **metrics}
         keep = self._protected() | {self.resumed_from} - {None}
