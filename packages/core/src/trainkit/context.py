@@ -82,7 +82,7 @@ class TrainContext:
         return self.storage
 
 
-def get_session(caller: str) -> "Session":
+def get_session(caller: str) -> Session:
     from trainkit._internal.session import get_session  # the session imports this module
 
     return get_session(caller)

@@ -23,9 +23,10 @@ from trainkit._internal.plugins import UnknownBackendError
 from trainkit._internal.retry import StorageError
 from trainkit._internal.storage import CheckpointCorruptError
 
-__all__ = ["CheckpointCorruptError", "ControllerError", "PlacementError", "PreemptionError", "RunLockedError",
-           "ScriptExitError", "StorageError", "TrainingFailedError", "TrainkitWarning", "UnknownBackendError",
-           "WorkerGroupError"]
+__all__ = [  # noqa: F822 - PlacementError comes from __getattr__
+    "CheckpointCorruptError", "ControllerError", "PlacementError", "PreemptionError", "RunLockedError",
+    "ScriptExitError", "StorageError", "TrainingFailedError", "TrainkitWarning", "UnknownBackendError",
+    "WorkerGroupError"]
 
 
 class TrainkitWarning(RuntimeWarning):
