@@ -55,7 +55,7 @@ def controller(storage: str, n: int):
                    datasets=None, default_name="p10")
     c.storage.preflight()
     c._prepare_state()
-    c._world_size = n
+    c.reports.world_size = n
     c.state.world_sizes.append(n)
     return c
 
@@ -63,14 +63,14 @@ def controller(storage: str, n: int):
 def drain_acks(c, n: int) -> None:
     """What each rank's next poll takes with it."""
     for rank in range(n):
-        c._acks.pop(rank, None)
+        c.reports.take_acks(rank)
 
 
 def metrics_round(c, n: int, index: int) -> None:
     from trainkit._internal.events import Report
 
     for rank in range(n):
-        c._on_report(Report(rank, index, {"step": index, "loss": 1.0 / (index + 1), "lr": 1e-3}))
+        c.reports.on_report(Report(rank, index, {"step": index, "loss": 1.0 / (index + 1), "lr": 1e-3}))
 
 
 def write_shards(c, n: int, index: int) -> list:
@@ -98,9 +98,9 @@ def checkpoint_round(c, reports: list, profiler=None) -> tuple[float, float]:
     (the difference is mostly waiting for fsync)."""
     profiler and profiler.enable()
     for r in reports[:-1]:
-        c._on_report(r)
+        c.reports.on_report(r)
     begin, begin_cpu = time.perf_counter(), time.process_time()
-    c._on_report(reports[-1])
+    c.reports.on_report(reports[-1])
     elapsed, cpu = time.perf_counter() - begin, time.process_time() - begin_cpu
     profiler and profiler.disable()
     assert c.state.latest_checkpoint == reports[-1].checkpoint_name

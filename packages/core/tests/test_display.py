@@ -1,5 +1,7 @@
 """What the driver prints off a terminal: plain lines, at least every PLAIN_EVERY_S while reports arrive."""
 
+import logging
+
 import pytest
 
 from trainkit._internal import display as display_mod
@@ -72,3 +74,29 @@ def test_on_a_terminal_rank0_progress_redraws_under_the_status_and_report_lines_
     shown.stop()
     assert "(rank 0) epoch: 100%|##########" in screen.getvalue()
     assert "trainkit: report 0  loss=0.5  [checkpoint_000000]" in screen.getvalue()  # stays after the run
+
+
+def test_notes_and_warnings_also_go_to_the_trainkit_logger(caplog):
+    from trainkit._internal.display import Display, warn
+    from trainkit.errors import TrainkitWarning
+
+    caplog.set_level(logging.INFO, logger="trainkit")
+    Display(verbose=0, run_name="r").note("could not update run_state.json")
+    Display(verbose=0, run_name="r").note("validated checkpoint_000001", logging.INFO)
+    with pytest.warns(TrainkitWarning, match="lock"):
+        warn("could not release the lock")
+    assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records] == [
+        ("trainkit", logging.WARNING, "could not update run_state.json"),
+        ("trainkit", logging.INFO, "validated checkpoint_000001"),
+        ("trainkit", logging.WARNING, "could not release the lock")]
+
+
+def test_trainkit_warnings_fail_this_suite_unless_expected():
+    """pyproject's filterwarnings turns TrainkitWarning into an error (a RuntimeWarning's subclass,
+    so ``pytest.warns(RuntimeWarning)`` keeps matching)."""
+    from trainkit._internal.display import warn
+    from trainkit.errors import TrainkitWarning
+
+    assert issubclass(TrainkitWarning, RuntimeWarning)
+    with pytest.raises(TrainkitWarning):
+        warn("unexpected")

@@ -161,3 +161,53 @@ def test_a_plugin_adds_callbacks_to_every_run(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(site)}
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
     assert log.read_text().split("\n") == ["0 0.0", "1 0.1", "2 0.2", ""]
+
+
+EVENTS = '''
+from trainkit import hookimpl
+
+def record(line):
+    with open({path!r}, "a") as f:
+        f.write(line + "\\n")
+
+@hookimpl
+def trainkit_worker_start(context):
+    record(f"worker_start {{context.attempt}}")
+
+@hookimpl
+def trainkit_worker_stop(context):
+    record(f"worker_stop {{context.attempt}}")
+
+@hookimpl
+def trainkit_after_report(index, metrics, all_metrics, checkpoint):
+    record(f"after_report {{index}} {{metrics['attempt']}} {{len(all_metrics)}}")
+
+@hookimpl
+def trainkit_on_failure(attempt, error, will_retry):
+    record(f"on_failure {{attempt}} {{type(error).__name__}} {{will_retry}}")
+'''
+
+
+def test_every_hook_spec_is_called_where_its_docstring_says(tmp_path):
+    """A plugin implementing the worker and driver event hooks sees each of them: a failed
+    attempt's workers are killed (no worker_stop), the retry's stop cleanly."""
+    site = tmp_path / "site"
+    site.mkdir()
+    log = tmp_path / "events.txt"
+    make_dist(site, "org-events", EVENTS.format(path=str(log)), entry="org-events")
+    code = textwrap.dedent(f"""
+        import trainkit
+        def train_fn():
+            attempt = trainkit.get_context().get_attempt()
+            trainkit.report({{"attempt": attempt}})
+            if attempt == 0:
+                raise ValueError("first attempt fails")
+        trainkit.DataParallelTrainer(train_fn, scaling_config=trainkit.ScalingConfig(num_workers=1),
+                                     run_config=trainkit.RunConfig(storage_path={str(tmp_path)!r}, verbose=0,
+                                         failure_config=trainkit.FailureConfig(max_failures=1))).fit()
+    """)
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    assert log.read_text().split("\n") == [
+        "worker_start 0", "after_report 0 0 1", "on_failure 0 WorkerGroupError True",
+        "worker_start 1", "after_report 1 1 1", "worker_stop 1", ""]

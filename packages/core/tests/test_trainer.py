@@ -4,6 +4,8 @@ import contextlib
 import dataclasses
 import json
 import os
+import signal
+import sys
 import tempfile
 import threading
 import time
@@ -155,6 +157,26 @@ def test_a_checkpoint_whose_report_returned_before_an_exception_is_kept(ray_clus
     lines = [json.loads(line) for line in open(os.path.join(result.path, "metrics.jsonl"))]
     # the step-0 checkpoint committed although both ranks raised the moment report() returned
     assert [(line["metrics"]["step"], line["attempt"]) for line in lines] == [(0, 0), (1, 1), (2, 1)]
+
+
+def test_a_killed_worker_is_named_with_its_last_output(ray_cluster, run_config):
+    """An opaque ActorDiedError (the process SIGKILLed, as the OOM killer does) names the rank and
+    shows what it printed last."""
+    def killed_on_rank_1():
+        if trainkit.get_context().get_world_rank() == 1:
+            print("loading shard 7 of 9", file=sys.stderr)
+            time.sleep(1)  # the output reaches the driver: the kill loses only what was unsent
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(30)
+
+    with pytest.raises(trainkit.WorkerGroupError) as died:
+        DataParallelTrainer(killed_on_rank_1, scaling_config=TWO, run_config=run_config()).fit()
+    error = died.value
+    assert (error.rank, error.error_type, list(error.worker_failures)) == (1, "WorkerDied", [1])
+    message = str(error)
+    assert message.startswith("rank 1 died: its worker process exited unexpectedly (ActorDiedError")
+    assert "Last output of rank 1" in message and "loading shard 7 of 9" in message
+    assert "attempt_0/rank_1.txt" in message
 
 
 class FailingCallback(trainkit.UserCallback):

@@ -12,16 +12,15 @@ Example::
                               scaling_config=trainkit.ScalingConfig(num_workers=2)).fit()
 """
 
-from trainkit._internal.lock import RunLockedError
-from trainkit._internal.retry import StorageError
-from trainkit._internal.session import CheckpointConsistencyMode, CheckpointUploadMode, TrainContext
-from trainkit._internal.storage import CheckpointCorruptError
 from trainkit.backend import Backend, BackendConfig
 from trainkit.callbacks import RunContext, UserCallback
 from trainkit.checkpoint import Checkpoint, CheckpointIO, ReportedCheckpoint, ReportedCheckpointStatus
 from trainkit.config import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig, SyncConfig
 from trainkit.data import DataConfig
 from trainkit.context import (
+    CheckpointConsistencyMode,
+    CheckpointUploadMode,
+    TrainContext,
     get_all_reported_checkpoints,
     get_checkpoint,
     get_context,
@@ -31,10 +30,20 @@ from trainkit.context import (
     shard,
 )
 from trainkit.hookspecs import hookimpl, hookspec
-from trainkit.result import ControllerError, PreemptionError, Result, TrainingFailedError, WorkerGroupError
+from trainkit.errors import (
+    CheckpointCorruptError,
+    ControllerError,
+    PreemptionError,
+    RunLockedError,
+    StorageError,
+    TrainingFailedError,
+    TrainkitWarning,
+    WorkerGroupError,
+)
+from trainkit.result import Result
 from trainkit.trainer import DataParallelTrainer, Trainer
 from trainkit.validation import ValidationConfig, ValidationTaskConfig
-from trainkit import collective  # noqa: E402 - after the names it uses
+from trainkit import collective, errors  # noqa: E402 - after the names they use
 
 __version__ = "0.1.0"
 
@@ -65,11 +74,13 @@ __all__ = [
     "TrainContext",
     "Trainer",
     "TrainingFailedError",
+    "TrainkitWarning",
     "UserCallback",
     "ValidationConfig",
     "ValidationTaskConfig",
     "WorkerGroupError",
     "collective",
+    "errors",
     "get_all_reported_checkpoints",
     "get_checkpoint",
     "get_context",

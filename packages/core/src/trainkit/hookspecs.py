@@ -55,7 +55,8 @@ def trainkit_worker_start(context: "TrainContext") -> None:
 
 @hookspec
 def trainkit_worker_stop(context: "TrainContext") -> None:
-    """A worker is shutting down cleanly. Runs in every worker, after the backend's ``on_shutdown``."""
+    """A worker is shutting down cleanly. Runs in every worker, after the backend's ``on_shutdown``;
+    a failed attempt's workers are killed without it (each attempt gets fresh processes)."""
 
 
 @hookspec
@@ -83,4 +84,5 @@ def trainkit_after_report(run_name: str, index: int, metrics: dict[str, Any],
 
 @hookspec
 def trainkit_on_failure(run_name: str, attempt: int, error: BaseException, will_retry: bool) -> None:
-    """An attempt failed (a worker died or raised). Runs in the driver before the failure policy acts."""
+    """An attempt failed (a worker raised, died or hung, or the driver failed). Runs in the driver once
+    the failure policy decided (``will_retry``), before the next attempt starts."""

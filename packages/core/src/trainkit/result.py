@@ -9,55 +9,12 @@ from typing import TYPE_CHECKING, Any, Literal
 from trainkit._internal import storage as storage_mod
 from trainkit._internal.metrics_log import read_metrics_log
 from trainkit.checkpoint import Checkpoint
+from trainkit.errors import ControllerError, PreemptionError, TrainingFailedError, WorkerGroupError
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
 __all__ = ["ControllerError", "PreemptionError", "Result", "TrainingFailedError", "WorkerGroupError"]
-
-
-class TrainingFailedError(RuntimeError):
-    """A worker raised or died. ``rank``, ``error_type`` and ``worker_traceback`` say where and why;
-    ``__cause__`` is the original exception when it could be carried over."""
-
-    def __init__(self, message: str, *, rank: int | None = None, error_type: str | None = None,
-                 worker_traceback: str = ""):
-        super().__init__(message)
-        self.rank = rank
-        self.error_type = error_type
-        self.worker_traceback = worker_traceback
-
-
-class WorkerGroupError(TrainingFailedError):
-    """A worker raised, died or stopped answering (Ray Train's name). ``worker_failures`` maps
-    each failed rank to its exception.
-
-    Example::
-
-        try:
-            trainer.fit()
-        except trainkit.WorkerGroupError as exc:
-            print(exc.worker_failures)        # {1: ValueError('bad batch')}
-    """
-
-    def __init__(self, message: str, worker_failures: dict[int, BaseException] | None = None, **details: Any):
-        super().__init__(message, **details)
-        self.worker_failures = dict(worker_failures or {})
-
-
-class ControllerError(TrainingFailedError):
-    """The driver failed (starting workers, storage, a callback), not a worker (Ray Train's name);
-    ``controller_failure`` is the original exception."""
-
-    def __init__(self, message: str, controller_failure: BaseException | None = None, **details: Any):
-        super().__init__(message, **details)
-        self.controller_failure = controller_failure
-
-
-class PreemptionError(TrainingFailedError):
-    """Ray Train's error for a run stopped by node preemption. trainkit never raises it: a drained
-    node or a SIGTERM'd worker is a failure, retried within ``FailureConfig.max_failures``
-    (catching ``TrainingFailedError`` covers both)."""
 
 
 @dataclass

@@ -6,13 +6,18 @@ A plain line per committed checkpoint, and at least every ``PLAIN_EVERY_S`` whil
 place, with rank 0's progress bar (a line redrawn with ``\r``, e.g. tqdm's) under it. Elsewhere a
 progress bar shows only as its finished line.
 Verbosity: ``RunConfig.verbose`` or ``$TRAINKIT_VERBOSE``.
+
+Notes and warnings also go to the ``"trainkit"`` logger once logging is configured (a handler
+exists), so they reach log files and aggregators; unconfigured, each shows once, here.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
+import warnings
 from typing import Any
 
 from rich.console import Console, Group
@@ -21,6 +26,23 @@ from rich.table import Table
 from rich.text import Text
 
 PLAIN_EVERY_S = 30.0
+
+logger = logging.getLogger("trainkit")
+
+
+def log(level: int, message: str) -> None:
+    """To the ``"trainkit"`` logger where logging is configured (else Python's last-resort handler
+    would print a second copy of what trainkit shows)."""
+    if logger.hasHandlers():
+        logger.log(level, message)
+
+
+def warn(message: str, stacklevel: int = 2) -> None:
+    """A ``TrainkitWarning`` (a ``RuntimeWarning``), also logged."""
+    from trainkit.errors import TrainkitWarning  # trainkit.errors imports modules that warn
+
+    warnings.warn(message, TrainkitWarning, stacklevel=stacklevel + 1)
+    log(logging.WARNING, message)
 
 
 def resolve_verbosity(verbose: int | None) -> int:
@@ -93,7 +115,9 @@ class Display:
             self.console.print(f"trainkit: report {index}  {format_metrics(metrics)}{suffix}", markup=False)
             self._last_line = now
 
-    def note(self, message: str) -> None:
+    def note(self, message: str, level: int = logging.WARNING) -> None:
+        """A line about the run (``level=logging.INFO`` for one that is no warning)."""
+        log(level, message)
         if self.verbose >= 1:
             self.console.print(f"trainkit: {message}", markup=False, style="yellow")
 

@@ -21,9 +21,9 @@ import socket
 import threading
 import time
 import uuid
-import warnings
 from typing import Any
 
+from trainkit._internal.display import warn
 from trainkit._internal.retry import StorageError, with_retries
 from trainkit._internal.storage import RunStorage, is_local
 
@@ -146,10 +146,9 @@ def create_exclusive(storage: RunStorage, name: str, data: bytes) -> bool:
     global _warned_not_exclusive
     if not _warned_not_exclusive:
         _warned_not_exclusive = True
-        warnings.warn(f"{type(storage.fs).__name__} has no atomic create-if-absent trainkit can use"
-                      f"{' (pip install boto3 for S3)' if isinstance(storage.fs, pafs.S3FileSystem) else ''}: "
-                      "two drivers starting the same run in the same instant may both take its lock",
-                      RuntimeWarning, stacklevel=3)
+        warn(f"{type(storage.fs).__name__} has no atomic create-if-absent trainkit can use"
+             f"{' (pip install boto3 for S3)' if isinstance(storage.fs, pafs.S3FileSystem) else ''}: "
+             "two drivers starting the same run in the same instant may both take its lock", stacklevel=3)
     if storage.exists(name):
         return False
     storage.write_text(name, data.decode())
@@ -221,5 +220,5 @@ class RunLock:
             if self._took_over:
                 self._delete(self._took_over)
         except OSError as exc:
-            warnings.warn(f"could not release the lock of run {self.storage.name!r} ({exc}); "
-                          f"the next driver takes it over once it is {STALE_S:.0f} s stale", RuntimeWarning)
+            warn(f"could not release the lock of run {self.storage.name!r} ({exc}); "
+                 f"the next driver takes it over once it is {STALE_S:.0f} s stale")

@@ -7,12 +7,10 @@ thread, or a background thread in ASYNC mode), and hands an event to ``sink``.
 
 from __future__ import annotations
 
-import enum
 import shutil
 import threading
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from trainkit._internal import storage as storage_mod
@@ -21,74 +19,9 @@ from trainkit._internal.metrics import validate_metrics
 from trainkit._internal.naming import validate_name
 from trainkit._internal.progress import Progress
 from trainkit.checkpoint import Checkpoint, ReportedCheckpoint, ReportedCheckpointStatus
+from trainkit.context import CheckpointConsistencyMode, CheckpointUploadMode, TrainContext  # noqa: F401 - their old import path
 
 SALVAGE_S = 30.0  # how long a failed training function's in-flight uploads may take to commit
-
-
-class CheckpointUploadMode(enum.Enum):
-    """How ``report()`` moves a checkpoint into storage.
-
-    SYNC: upload before ``report()`` returns. ASYNC: upload in a background thread and return at
-    once (an upload error is raised by the next ``report()`` or when the function returns).
-    NO_UPLOAD: the checkpoint's directory is already inside the run directory; only register it.
-    """
-
-    SYNC = "SYNC"
-    ASYNC = "ASYNC"
-    NO_UPLOAD = "NO_UPLOAD"
-
-
-class CheckpointConsistencyMode(enum.Enum):
-    """What ``get_all_reported_checkpoints`` waits for (Ray Train's name).
-
-    COMMITTED: every checkpoint this rank reported is committed. VALIDATED (Ray's default): the same
-    in trainkit, which does not hold workers for validations: a checkpoint whose validation is
-    still running comes back with status ``PENDING_VALIDATION`` (its scores land in
-    ``Result.best_checkpoints``).
-    """
-
-    COMMITTED = "COMMITTED"
-    VALIDATED = "VALIDATED"
-
-
-@dataclass(frozen=True)
-class TrainContext:
-    """Where this worker stands in the run. Get it with ``trainkit.get_context()``."""
-
-    world_rank: int
-    world_size: int
-    local_rank: int
-    local_world_size: int
-    node_rank: int
-    experiment_name: str
-    attempt: int
-    storage: Any = None
-
-    def get_world_rank(self) -> int:
-        return self.world_rank
-
-    def get_world_size(self) -> int:
-        return self.world_size
-
-    def get_local_rank(self) -> int:
-        return self.local_rank
-
-    def get_local_world_size(self) -> int:
-        return self.local_world_size
-
-    def get_node_rank(self) -> int:
-        return self.node_rank
-
-    def get_experiment_name(self) -> str:
-        return self.experiment_name
-
-    def get_attempt(self) -> int:
-        """0 for the first attempt, incremented at each restart after a failure."""
-        return self.attempt
-
-    def get_storage(self) -> Any:
-        """The run's storage: ``.fs`` (a ``pyarrow.fs.FileSystem``) and ``.run_path``."""
-        return self.storage
 
 
 def _check_validation(validation: Any, checkpoint: Checkpoint | None) -> Any:

@@ -501,9 +501,9 @@ class RunStorage:
         return rolled
 
     def _quarantine(self, path: str) -> str:
-        import warnings
-
         import pyarrow.fs as pafs
+
+        from trainkit._internal.display import warn
 
         dest = self.path(QUARANTINE, f"{posixpath.basename(path)}-{uuid.uuid4().hex[:8]}")
         if self.renames_atomically:
@@ -513,8 +513,8 @@ class RunStorage:
             with_retries("copy", dest, lambda: pafs.copy_files(path, dest, source_filesystem=self.fs,
                                                               destination_filesystem=self.fs))
             self.delete_dir(path)
-        warnings.warn(f"{path}: its {MANIFEST} is damaged, so it cannot be verified or resumed from; its files "
-                      f"were moved to {dest} for you to inspect (trainkit never deletes them)", RuntimeWarning)
+        warn(f"{path}: its {MANIFEST} is damaged, so it cannot be verified or resumed from; its files "
+             f"were moved to {dest} for you to inspect (trainkit never deletes them)")
         return posixpath.relpath(dest, self.run_path)
 
 

@@ -1,0 +1,308 @@
+"""One attempt of a run: start the worker group (elastic: the most that fit), launch the training
+function, long-poll the ranks until they finish, fail, hang or the group can grow, stop the group.
+Reports go to the run's ``ReportLog``; the controller decides what follows the ``AttemptResult``."""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from trainkit._internal.display import Display
+from trainkit._internal.events import Failed, Finished, Output, Report
+from trainkit._internal.failure_policy import Outcome
+from trainkit._internal.ingest import datasets_per_rank
+from trainkit._internal.progress import ProgressWatch
+from trainkit._internal.report_log import ReportLog
+from trainkit._internal.run_logs import LOGS, RunLogs
+from trainkit._internal.run_state import RunState, start_profile
+from trainkit._internal.session import SALVAGE_S, Session, set_session
+from trainkit._internal.worker import call_train_fn, failure_event
+from trainkit.backend import BackendConfig
+from trainkit.config import FailureConfig, ScalingConfig
+from trainkit.context import TrainContext
+from trainkit.errors import ControllerError, TrainingFailedError, WorkerGroupError
+
+POLL_S = 2.0  # a worker answers a poll at least this often (heartbeat)
+ELASTIC_PLACEMENT_S = 10.0  # an elastic start waits this long for more than min_workers, then tries fewer
+TAIL_LINES = 20  # of a dead rank's output, shown in its error
+
+
+@dataclass
+class AttemptResult:
+    error: TrainingFailedError | None = None
+    return_value: Any = None
+    worker_errors: dict[int, BaseException] = field(default_factory=dict)
+    resize_to: int | None = None  # elastic: stopped to restart at this size (resources returned)
+
+    def outcome(self) -> Outcome:
+        """What the failure policy sees of it."""
+        return Outcome(error_type=self.error and self.error.error_type, failed=self.error is not None,
+                       resize_to=self.resize_to)
+
+
+def _training_error(event: Failed) -> TrainingFailedError:
+    error = WorkerGroupError(
+        f"rank {event.rank} raised {event.type_name}: {event.message}\n\nWorker traceback:\n{event.traceback}",
+        {event.rank: event.exception or RuntimeError(f"{event.type_name}: {event.message}")},
+        rank=event.rank, error_type=event.type_name, worker_traceback=event.traceback)
+    error.__cause__ = event.exception
+    return error
+
+
+def _forwarded_env() -> dict[str, str]:
+    """trainkit's own settings follow the driver to its workers."""
+    return {k: v for k, v in os.environ.items() if k.startswith("TRAINKIT_")}
+
+
+class AttemptRunner:
+    def __init__(self, *, train_fn: Callable, train_loop_config: dict | None, backend_config: BackendConfig,
+                 scaling_config: ScalingConfig, failure_config: FailureConfig, datasets: dict[str, Any] | None,
+                 reports: ReportLog, display: Display, logs: RunLogs, plugins: Any, ray_start_s: float | None):
+        self.train_fn = train_fn
+        self.train_loop_config = train_loop_config
+        self.backend_config = backend_config
+        self.scaling = scaling_config
+        self.failure_config = failure_config
+        self.datasets = datasets
+        self.reports = reports
+        self.storage = reports.storage
+        self.display = display
+        self.logs = logs
+        self.plugins = plugins
+        self.ray_start_s = ray_start_s  # this fit's, shown in its first attempt's profile
+        self._start_marks: dict[str, float] = {}  # the attempt's, until its first report
+        self._import_s: list[float] = []
+        self._tails: dict[int, deque[str]] = {}  # each rank's last lines of output, this attempt
+        self._first_attempt = reports.state.attempt
+
+    @property
+    def state(self) -> RunState:
+        return self.reports.state
+
+    def _start_group(self, size: int | None) -> Any:
+        """The attempt's worker group: ``max_workers``, or for an elastic run the most that fit
+        (``size`` first when given), at least ``min_workers``, smaller while placement times out."""
+        from trainkit._internal import elastic, worker_group
+
+        scaling = self.scaling
+        start = functools.partial(worker_group.WorkerGroup.start, scaling, run_name=self.storage.name,
+                                  attempt=self.state.attempt, storage=self.storage,
+                                  env={**_forwarded_env(), "TRAINKIT_VERBOSE": str(self.display.verbose)},
+                                  prewarm_modules=self.backend_config.prewarm_modules)
+        if not scaling.elastic:
+            return start(scaling.max_workers)
+        fit = lambda: elastic.workers_that_fit(scaling.worker_resources)  # noqa: E731
+        n = max(scaling.min_workers, min(scaling.max_workers, size or fit()))
+        while True:
+            try:
+                return start(n, placement_timeout_s=None if n == scaling.min_workers else ELASTIC_PLACEMENT_S)
+            except worker_group.PlacementError:
+                if n == scaling.min_workers:
+                    raise
+                n = max(scaling.min_workers, min(n - 1, fit()))
+
+    def run(self, size: int | None = None) -> AttemptResult:
+        if self.scaling.local_mode:
+            return self._run_local()
+        self.display.update(attempt=self.state.attempt, workers=0)
+        backend = self.backend_config.backend_cls()
+        outcome = AttemptResult()
+        group = None
+        marks = {"begin": time.monotonic()}
+        self._start_marks, self._import_s, self._tails = {}, [], {}
+        try:
+            group = self._start_group(size)
+            num_workers = self.reports.world_size = len(group)
+            self.state.world_sizes.append(num_workers)
+            self.plugins.hook.trainkit_setup_accelerators(worker_group=group, scaling_config=self.scaling,
+                                                          backend_config=self.backend_config)
+            backend.on_start(group, self.backend_config)
+            backend.on_training_start(group, self.backend_config)
+            marks.update(group.marks, backend=time.monotonic())
+            import ray
+
+            shards = datasets_per_rank(self.datasets, [w.node_id for w in group.workers])
+            pickled_fn = ray.cloudpickle.dumps(self.train_fn)  # unpickled on the workers after their prewarm
+            import_s = ray.get([w.actor.start.remote(pickled_fn, self.train_loop_config, self.backend_config,
+                                                     self.storage, self.state.next_report_index,
+                                                     self.reports.latest_checkpoint(), shards[w.world_rank])
+                                for w in group.workers])
+            marks["launch"] = time.monotonic()
+            self._start_marks, self._import_s = marks, [s for s in import_s if s is not None]
+            self._record_start_profile()
+            self.display.update(workers=num_workers)
+            outcome = self._watch(group)
+            if outcome.error is None and outcome.resize_to is None:
+                try:
+                    backend.on_shutdown(group, self.backend_config)
+                except Exception as exc:  # noqa: BLE001 - training finished; a teardown error is no reason to rerun
+                    self.display.note(f"backend shutdown failed after training finished: {type(exc).__name__}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a setup failure is an attempt failure
+            if isinstance(exc, TrainingFailedError):
+                outcome.error = exc
+            else:
+                outcome.error = ControllerError(f"attempt {self.state.attempt} failed in the driver: "
+                                                f"{type(exc).__name__}: {exc}", exc, error_type=type(exc).__qualname__)
+                outcome.error.__cause__ = exc
+        finally:
+            if group is not None:
+                group.shutdown(graceful=outcome.error is None and outcome.resize_to is None)
+            try:
+                self.logs.end_attempt()
+            except Exception as exc:  # noqa: BLE001 - the workers' logs are no reason to fail the run
+                self.display.note(f"could not store the workers' logs of attempt {self.state.attempt}: {exc}")
+        return outcome
+
+    def _on_output(self, event: Output) -> None:
+        if not event.progress:  # a progress bar's line is kept once finished
+            self.logs.write(self.state.attempt, event.rank, event.text)
+            self._tails.setdefault(event.rank, deque(maxlen=TAIL_LINES)).extend(event.text.split("\n"))
+        self.display.worker_output(event.rank, event.text, progress=event.progress)
+
+    def _watch(self, group: Any) -> AttemptResult:
+        import ray
+
+        outcome = AttemptResult()
+        timeout_s = self.failure_config.worker_timeout_s
+        refs: dict[Any, int] = {}
+        last_seen = {w.world_rank: time.monotonic() for w in group.workers}
+        running = set(last_seen)
+        progress = ProgressWatch(self.failure_config.progress_timeout_s)
+
+        def poll(rank: int) -> None:
+            refs[group.workers[rank].actor.poll.remote(min(POLL_S, timeout_s / 2), self.reports.take_acks(rank))] = rank
+
+        for rank in running:
+            poll(rank)
+        can_grow = self.scaling.elastic and len(group) < self.scaling.max_workers
+        next_check = time.monotonic() + self.scaling.elastic_resize_monitor_interval_s
+        while running and outcome.error is None and outcome.resize_to is None:
+            ready, rest = ray.wait(list(refs), num_returns=1, timeout=min(POLL_S, timeout_s))
+            if self.reports.validator:
+                self.reports.merge_validations()
+            if ready and rest:  # every rank that answered, not just the first: none looks hung
+                ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+            now = time.monotonic()
+            for ref in ready:
+                rank = refs.pop(ref)
+                try:
+                    events = ray.get(ref)
+                except ray.exceptions.RayActorError as exc:
+                    outcome.error = self._died(rank, exc)
+                    break
+                except ray.exceptions.RayError as exc:  # e.g. an event that cannot be unpickled here
+                    outcome.error = WorkerGroupError(f"rank {rank}: its events could not be received: {exc}",
+                                                     {rank: exc}, rank=rank, error_type=type(exc).__name__)
+                    break
+                last_seen[rank] = now
+                for event in events:
+                    if isinstance(event, Report):
+                        self._on_report(event)
+                    elif isinstance(event, Output):
+                        self._on_output(event)
+                    elif isinstance(event, Finished):
+                        running.discard(rank)
+                        if rank == 0:
+                            outcome.return_value = event.return_value
+                    elif isinstance(event, Failed) and outcome.error is None:
+                        outcome.error = _training_error(event)
+                        outcome.worker_errors[rank] = outcome.error
+                if rank in running and outcome.error is None:
+                    poll(rank)
+            hung = sorted(r for r in running if now - last_seen[r] > timeout_s)
+            if hung and outcome.error is None:
+                message = (f"rank(s) {hung} stopped responding for more than {timeout_s:g} s "
+                           "(FailureConfig.worker_timeout_s)")
+                outcome.error = WorkerGroupError(message, {r: TimeoutError(message) for r in hung},
+                                                 rank=hung[0], error_type="WorkerHung")
+            if outcome.error is None and (stuck := progress.check(group.workers, running)):
+                outcome.error = outcome.worker_errors[stuck.rank] = stuck
+            self.reports.save_state_if_due()
+            if can_grow and running and now >= next_check and outcome.error is None:
+                from trainkit._internal.elastic import workers_that_fit
+
+                next_check = now + self.scaling.elastic_resize_monitor_interval_s
+                if extra := workers_that_fit(self.scaling.worker_resources):
+                    outcome.resize_to = min(self.scaling.max_workers, len(group) + extra)
+        if outcome.error is not None or outcome.resize_to is not None:
+            self._salvage_reports(group, refs, failed=outcome.error.rank if outcome.error else None)
+            return outcome
+        self.reports.drop_unmatched()
+        return outcome
+
+    def _died(self, rank: int, exc: BaseException) -> WorkerGroupError:
+        """A rank's process is gone (killed: out of memory, SIGKILL, a crash): what it printed last is the clue."""
+        log = self.storage.path(LOGS, f"attempt_{self.state.attempt}", f"rank_{rank}.txt")
+        tail = "\n".join(self._tails.get(rank, ())) or "(none received)"
+        return WorkerGroupError(
+            f"rank {rank} died: its worker process exited unexpectedly ({type(exc).__name__}; killed by the "
+            f"system, e.g. out of memory, or by a signal)\n\nLast output of rank {rank} (all of it: {log}):\n{tail}",
+            {rank: exc}, rank=rank, error_type="WorkerDied")
+
+    def _salvage_reports(self, group: Any, refs: dict[Any, int], failed: int | None) -> None:
+        """A rank failed: commit what the other ranks had already reported (a checkpoint whose
+        ``report()`` returned on every rank before the failure is not lost). Waits at most 0.25 s."""
+        import ray
+
+        pending = {ref: rank for ref, rank in refs.items() if rank != failed}
+        for w in group.workers:
+            if w.world_rank != failed:
+                pending[w.actor.poll.remote(0, [])] = w.world_rank
+        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.25)
+        for ref in ready:
+            try:
+                events = ray.get(ref)
+            except ray.exceptions.RayError:
+                continue
+            for event in events:
+                if isinstance(event, Output):
+                    self._on_output(event)
+                elif isinstance(event, Report):
+                    try:
+                        self._on_report(event)
+                    except Exception as exc:  # noqa: BLE001 - the original failure is the one to report
+                        self.display.note(f"could not commit report {event.index} after the failure: {exc}")
+                        return
+
+    def _run_local(self) -> AttemptResult:
+        self.reports.world_size = 1
+        context = TrainContext(world_rank=0, world_size=1, local_rank=0, local_world_size=1, node_rank=0,
+                               experiment_name=self.storage.name, attempt=self.state.attempt, storage=self.storage)
+        # The training and upload threads both report; the session hands reports over one at a time.
+        session = Session(context, self.storage, self._on_report, next_index=self.state.next_report_index,
+                          checkpoint=self.reports.latest_checkpoint(), datasets=datasets_per_rank(self.datasets, [None])[0])
+        backend = self.backend_config.backend_cls()
+        outcome = AttemptResult()
+        set_session(session)
+        self.reports.local_session = session
+        self.display.update(attempt=self.state.attempt, workers=1)
+        try:
+            backend.on_local_start(self.backend_config)
+            with self.backend_config.train_fn_context():
+                outcome.return_value = call_train_fn(self.train_fn, self.train_loop_config)
+            session.finish()
+            backend.on_local_shutdown(self.backend_config)
+        except Exception as exc:  # noqa: BLE001
+            outcome.error = _training_error(failure_event(0, exc))
+            outcome.worker_errors[0] = exc
+            # Reports that returned before the error still commit (as a failed rank's peers' do on
+            # Ray); whatever is still uploading after that must not land in the next attempt.
+            session.salvage(timeout_s=SALVAGE_S)
+        finally:
+            set_session(None)
+            self.reports.local_session = None
+        return outcome
+
+    def _record_start_profile(self) -> None:
+        ray_start_s = self.ray_start_s if self.state.attempt == self._first_attempt else None
+        self.state.start_profile = start_profile(self._start_marks, self._import_s, ray_start_s)
+
+    def _on_report(self, report: Report) -> None:
+        if self._start_marks and "first_report" not in self._start_marks:
+            self._start_marks["first_report"] = time.monotonic()
+            self._record_start_profile()
+        self.reports.on_report(report)

@@ -1,0 +1,51 @@
+"""What the driver does after an attempt ends: finish, retry, resize or give up, and why.
+
+Plain data in and out, so the rules are testable without Ray. A preemption (a drained node, a
+SIGTERM'd worker) is a failure like any other, counted against ``FailureConfig.max_failures``;
+Ray Train's separate preemption budget is refused by ``FailureConfig``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an attempt ended. ``error_type``: the failure's (e.g. ``"WorkerDied"``, ``"WorkerStuck"``),
+    None when the attempt did not fail."""
+
+    error_type: str | None = None
+    failed: bool = False
+    resize_to: int | None = None  # elastic: stopped to restart at this size (resources returned)
+    interrupted: bool = False  # the driver got Ctrl-C
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Literal["finish", "retry", "resize", "give_up", "interrupted"]
+    reason: str
+    size: int | None = None  # the next attempt's size (None: what fits, or max_workers)
+    show_where: bool = False  # a stuck worker's stack goes with the retry note, or a retry hides the bug
+
+
+class FailurePolicy:
+    def __init__(self, max_failures: int):
+        self.max_failures = max_failures  # -1: retry forever
+        self.failures = 0
+
+    def decide(self, outcome: Outcome) -> Decision:
+        if outcome.interrupted:
+            return Decision("interrupted", "interrupted by the user (Ctrl-C)")
+        if outcome.resize_to is not None:
+            return Decision("resize", f"resources returned: restarting with {outcome.resize_to} workers",
+                            size=outcome.resize_to)
+        if not outcome.failed:
+            return Decision("finish", "training finished")
+        self.failures += 1
+        limit = "unlimited" if self.max_failures == -1 else str(self.max_failures)
+        counted = f"failure {self.failures} of FailureConfig.max_failures={limit}"
+        if self.max_failures != -1 and self.failures > self.max_failures:
+            return Decision("give_up", f"{counted}: no retries left")
+        return Decision("retry", counted, show_where=outcome.error_type == "WorkerStuck")

@@ -1,0 +1,38 @@
+"""trainkit.errors is the one place every error a user can meet is listed; old import paths stay."""
+
+import ast
+from pathlib import Path
+
+import trainkit
+import trainkit.errors
+import trainkit.result
+
+SOURCE = Path(trainkit.__file__).parent
+
+
+def raised_types() -> dict[str, str]:
+    """Every exception or warning class defined in trainkit's source: name -> file."""
+    found = {}
+    for path in SOURCE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(
+                    getattr(base, "id", getattr(base, "attr", "")).endswith(("Error", "Exception", "Warning"))
+                    for base in node.bases):
+                found[node.name] = str(path.relative_to(SOURCE))
+    return found
+
+
+def test_every_error_class_in_trainkit_is_exported_by_trainkit_errors():
+    missing = {name: where for name, where in raised_types().items() if name not in trainkit.errors.__all__}
+    assert not missing, f"add these to trainkit.errors (and its docs table): {missing}"
+    for name in trainkit.errors.__all__:
+        assert issubclass(getattr(trainkit.errors, name), (Exception, Warning)), name
+
+
+def test_old_import_paths_name_the_same_classes():
+    from trainkit._internal.session import CheckpointUploadMode, TrainContext
+
+    for name in ("TrainingFailedError", "WorkerGroupError", "ControllerError", "PreemptionError"):
+        assert getattr(trainkit.result, name) is getattr(trainkit.errors, name) is getattr(trainkit, name)
+    assert TrainContext is trainkit.TrainContext is trainkit.context.TrainContext
+    assert CheckpointUploadMode is trainkit.CheckpointUploadMode is trainkit.context.CheckpointUploadMode

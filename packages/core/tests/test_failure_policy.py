@@ -1,0 +1,54 @@
+"""The failure policy alone: how an attempt ended in, what the driver does next out (no Ray)."""
+
+from trainkit._internal.failure_policy import FailurePolicy, Outcome
+
+FAILED = Outcome(error_type="ValueError", failed=True)
+
+
+def test_a_finished_attempt_finishes():
+    assert FailurePolicy(max_failures=0).decide(Outcome()).action == "finish"
+
+
+def test_max_failures_counts_retries_then_gives_up_naming_the_limit():
+    policy = FailurePolicy(max_failures=2)
+    assert [policy.decide(FAILED).action for _ in range(3)] == ["retry", "retry", "give_up"]
+    assert policy.decide(FAILED).reason == "failure 4 of FailureConfig.max_failures=2: no retries left"
+
+
+def test_max_failures_zero_gives_up_at_the_first_failure():
+    assert FailurePolicy(max_failures=0).decide(FAILED).action == "give_up"
+
+
+def test_max_failures_minus_one_retries_forever():
+    policy = FailurePolicy(max_failures=-1)
+    assert {policy.decide(FAILED).action for _ in range(50)} == {"retry"}
+
+
+def test_an_elastic_resize_restarts_at_its_size_and_is_not_a_failure():
+    policy = FailurePolicy(max_failures=0)
+    decision = policy.decide(Outcome(resize_to=3))
+    assert (decision.action, decision.size) == ("resize", 3)
+    assert policy.decide(FAILED).action == "give_up"  # the resize used none of the budget
+    # a retry after a failure starts at what fits again, not at the last resize's size
+    assert FailurePolicy(max_failures=1).decide(FAILED).size is None
+
+
+def test_a_preemption_is_a_failure_like_any_other():
+    """No separate preemption budget (FailureConfig refuses Ray's max_preemption_failures)."""
+    policy = FailurePolicy(max_failures=1)
+    assert policy.decide(Outcome(error_type="WorkerDied", failed=True)).action == "retry"
+    assert policy.decide(Outcome(error_type="WorkerDied", failed=True)).action == "give_up"
+
+
+def test_a_stuck_worker_is_retried_showing_where_it_hung():
+    policy = FailurePolicy(max_failures=1)
+    stuck = policy.decide(Outcome(error_type="WorkerStuck", failed=True))
+    assert (stuck.action, stuck.show_where) == ("retry", True)
+    assert not FailurePolicy(max_failures=1).decide(FAILED).show_where
+
+
+def test_a_driver_interruption_stops_whatever_the_budget():
+    policy = FailurePolicy(max_failures=-1)
+    decision = policy.decide(Outcome(interrupted=True))
+    assert (decision.action, decision.reason) == ("interrupted", "interrupted by the user (Ctrl-C)")
+    assert policy.failures == 0
