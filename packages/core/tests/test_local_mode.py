@@ -5,6 +5,9 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
+
+from trainkit.backend import Backend, BackendConfig
 
 
 def test_local_mode_runs_in_process_without_ray(tmp_path):
@@ -83,3 +86,44 @@ def test_ray_tune_style_run_name_and_token_metrics_are_accepted(tmp_path):
     stored = "".join(open(os.path.join(d, f), errors="replace").read()
                      for d, _, files in os.walk(tmp_path) for f in files)
     assert "hf_canary" not in stored
+
+
+
+class _OncePerProcess(Backend):
+    """A framework that, like torch.distributed, refuses a second init in the same process."""
+
+    up = False
+
+    def on_local_start(self, backend_config):
+        if _OncePerProcess.up:
+            raise RuntimeError("already initialized: the failed attempt was never torn down")
+        _OncePerProcess.up = True
+
+    def on_local_shutdown(self, backend_config):
+        _OncePerProcess.up = False
+
+
+@dataclass
+class _OncePerProcessConfig(BackendConfig):
+    @property
+    def backend_cls(self):
+        return _OncePerProcess
+
+
+def _fail_first_attempt(config):
+    import trainkit
+
+    if trainkit.get_context().get_attempt() == 0:  # the driver process lives on into attempt 1
+        raise RuntimeError("first attempt fails")
+    trainkit.report({"attempt": 1})
+
+
+def test_a_failed_local_attempt_is_torn_down_before_the_retry(run_config):
+    import trainkit
+
+    result = trainkit.DataParallelTrainer(
+        _fail_first_attempt, backend_config=_OncePerProcessConfig(),
+        scaling_config=trainkit.ScalingConfig(num_workers=0),
+        run_config=run_config(failure_config=trainkit.FailureConfig(max_failures=1))).fit()
+    assert result.metrics == {"attempt": 1}
+    assert _OncePerProcess.up is False

@@ -124,7 +124,7 @@ class Backend:
         """Local mode (``num_workers=0``): set up in the driver process, e.g. join an outer launcher."""
 
     def on_local_shutdown(self, backend_config: "BackendConfig") -> None:
-        """Local mode: release what ``on_local_start`` set up."""
+        """Local mode: release what ``on_local_start`` set up; runs after a failed attempt too."""
 
 
 @dataclass

@@ -282,10 +282,14 @@ class AttemptRunner:
         self.display.update(attempt=self.state.attempt, workers=1)
         try:
             backend.on_local_start(self.backend_config)
-            with self.backend_config.train_fn_context():
-                outcome.return_value = call_train_fn(self.train_fn, self.train_loop_config)
-            session.finish()
-            backend.on_local_shutdown(self.backend_config)
+            try:
+                with self.backend_config.train_fn_context():
+                    outcome.return_value = call_train_fn(self.train_fn, self.train_loop_config)
+                session.finish()
+            finally:
+                # The driver process lives on into a retry, whose on_local_start must find the
+                # framework torn down (on Ray a failed attempt's processes simply end).
+                backend.on_local_shutdown(self.backend_config)
         except Exception as exc:  # noqa: BLE001
             outcome.error = _training_error(failure_event(0, exc))
             outcome.worker_errors[0] = exc
