@@ -1,7 +1,6 @@
 """trainkit-horovod against trainkit.testing's conformance suite: the all-gather goes through Horovod's
 own Gloo collectives."""
 
-
 import pytest
 import torch
 
