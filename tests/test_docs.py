@@ -116,7 +116,7 @@ def test_every_code_block_runs(page, tmp_path):
 
 def test_readme_setup_commands_are_what_ci_runs():
     commands = [source.strip() for language, _, source in blocks(ROOT / "README.md") if language == "bash"]
-    assert commands == ["pip install nox && nox -s quickstart", "pip install nox && nox -t ci"]
+    assert commands == ["pip install 'nox[uv]' && nox -s quickstart", "pip install 'nox[uv]' && nox -t ci"]
     assert commands[1] in (ROOT / ".ci" / "run").read_text()
 
 
