@@ -133,7 +133,8 @@ def _install_core(session: nox.Session, *pins: str) -> None:
 
 def _pytest(session: nox.Session, *args: str) -> None:
     # No session.create_tmp(): it moves TMPDIR under .nox/, and Ray's unix socket paths get too long.
-    session.run("python", "-m", "pytest", *args, *session.posargs)
+    # --durations: every CI log names its slowest tests, where trimming CI time starts.
+    session.run("python", "-m", "pytest", "--durations=10", *args, *session.posargs)
 
 
 def _assert_versions(session: nox.Session, pins: dict[str, str]) -> None:
