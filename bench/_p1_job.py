@@ -4,7 +4,7 @@ Written as users write it: ``import torch`` at the top, so every launcher's driv
 before anything else (trainkit's driver then imports trainkit and trainkit_torch).
 
     torchrun --standalone --nproc_per_node=2 bench/_p1_job.py torchrun OUT
-    python bench/_p1_job.py trainkit OUT          (trainkit-serial: without the background Ray start)
+    python bench/_p1_job.py trainkit OUT
     python bench/_p1_job.py raytrain OUT
 """
 
@@ -74,16 +74,10 @@ def _report_fn(report, checkpoint_cls, rank_fn):
     return save
 
 
-def trainkit_main(out: str, background: bool = True) -> None:
-    """Also writes OUT/profile.json: wall-clock marks and the run's start profile. ``background=False``
-    (mode trainkit-serial): Ray starts inside fit() as before the background start, for comparison."""
+def trainkit_main(out: str) -> None:
+    """Also writes OUT/profile.json: wall-clock marks and the run's start profile."""
     import trainkit
     from trainkit_torch import TorchTrainer
-
-    if not background:
-        import trainkit._internal.ray_runtime as ray_runtime
-
-        ray_runtime.start_in_background = lambda scaling: None
 
     imported = time.time()
 
@@ -113,5 +107,4 @@ def raytrain_main(out: str) -> None:
 
 if __name__ == "__main__":
     mode, out = sys.argv[1], sys.argv[2]
-    {"torchrun": torchrun_main, "trainkit": trainkit_main, "raytrain": raytrain_main,
-     "trainkit-serial": lambda out: trainkit_main(out, background=False)}[mode](out)
+    {"torchrun": torchrun_main, "trainkit": trainkit_main, "raytrain": raytrain_main}[mode](out)

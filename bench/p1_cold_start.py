@@ -1,8 +1,6 @@
 """P1: cold start to result of the tiny 2-worker DDP job, whole process: trainkit vs torchrun vs Ray Train.
 
-    python bench/p1_cold_start.py [--rounds 3] [--no-raytrain] [--serial]
-
-``--serial`` adds trainkit without its background Ray start (the previous start path) to the same run.
+    python bench/p1_cold_start.py [--rounds 3] [--no-raytrain] [--no-memory]
 
 Target (TARGETS.md): trainkit <= 1.3x torchrun and <= 0.3x Ray Train. Also prints where trainkit's
 time goes (the start path, from the run's own start profile) and each side's peak memory.
@@ -83,9 +81,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-raytrain", action="store_true")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory runs")
-    parser.add_argument("--serial", action="store_true", help="also trainkit without the background Ray start")
     args = parser.parse_args()
-    modes = ["torchrun", "trainkit"] + (["trainkit-serial"] if args.serial else []) + ([] if args.no_raytrain else ["raytrain"])
+    modes = ["torchrun", "trainkit"] + ([] if args.no_raytrain else ["raytrain"])
     profiles: dict[str, list[dict]] = {}
     samples = rounds({m: variant(m, profiles) for m in modes}, args.rounds)
     stats = {m: summarize(s) for m, s in samples.items()}
@@ -94,9 +91,6 @@ def main() -> None:
         print(f"P1 {m:9s} median {s['median']:.2f} s (min {s['min']:.2f}, max {s['max']:.2f}, n={s['n']})")
     print(f"P1 trainkit/torchrun = {tk / tr:.2f} (target <= 1.2)")
     ratios = {"trainkit/torchrun": tk / tr}
-    if "trainkit-serial" in stats:
-        ratios["trainkit-serial/torchrun"] = stats["trainkit-serial"]["median"] / tr
-        print(f"P1 trainkit-serial/torchrun = {ratios['trainkit-serial/torchrun']:.2f} (no background Ray start)")
     if "raytrain" in stats:
         ratios["trainkit/raytrain"] = tk / stats["raytrain"]["median"]
         print(f"P1 trainkit/raytrain = {ratios['trainkit/raytrain']:.2f} (target <= 0.3)")

@@ -115,13 +115,11 @@ class DataParallelTrainer:
         """
         from trainkit._internal.controller import Controller
         from trainkit._internal.plugins import get_plugins
-        from trainkit._internal.ray_runtime import start_in_background
 
         get_plugins().hook.trainkit_check_inputs(train_loop_per_worker=self.train_loop_per_worker,
                                                  train_loop_config=self.train_loop_config, datasets=self.datasets)
         if not self.scaling_config.local_mode:
             _check_picklable(self.train_loop_per_worker, self.train_loop_config)
-        start_in_background(self.scaling_config)  # Ray starts while the run below is set up
         controller = Controller(
             train_fn=self.train_loop_per_worker, train_loop_config=self.train_loop_config,
             backend_config=self.backend_config, scaling_config=self.scaling_config,

@@ -12,10 +12,6 @@ its auth token with the default umask (0644). The embedded cluster's directories
 0700 directory of the user's (``$TMPDIR/trainkit-<uid>/ray``) and the token (``~/.ray/auth_token``)
 is 0600.
 
-Background start: ``fit()`` starts the embedded cluster (or connects) on a thread as its first
-step, so Ray's own start (processes, agents, the driver's connection: ~1.5 s) overlaps the driver's
-``import ray`` and the run's set-up; the first ``ensure_ray`` call waits for it and raises its error.
-
 Ray internals: to start and stop faster and to drop one console warning, trainkit patches a few
 of Ray's private functions while it starts the embedded cluster (the pyproject bounds Ray to the
 releases tested with them). ``TRAINKIT_RAY_PATCHES=0`` turns them off: Ray's own code paths,
@@ -28,83 +24,22 @@ import atexit
 import logging
 import os
 import stat
-import sys
 import subprocess
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 from trainkit._internal import watchdog
 
 
-def start_in_background(scaling) -> None:
-    """Begin ``ensure_ray()`` on a thread unless Ray is up or starting, or the run is local
-    (``num_workers=0`` never starts Ray)."""
-    global _background
-    ray = sys.modules.get("ray")
-    if scaling.local_mode or _background is not None or (ray is not None and ray.is_initialized()):
-        return
-    _background = _BackgroundStart()
-
-
-class _BackgroundStart:
-    """One ``ensure_ray()`` on a daemon thread; its error is kept for the caller that waits.
-
-    The thread stays until exit: Ray starts its GCS and raylet with ``PR_SET_PDEATHSIG``, which
-    Linux ties to the thread that started them, so they would be killed the moment it ended."""
-
-    def __init__(self) -> None:
-        self.error: BaseException | None = None
-        self.done, self.release = threading.Event(), threading.Event()
-        self.thread = threading.Thread(target=self._run, name="trainkit-ray-start", daemon=True)
-        atexit.register(self.stop)  # a script that never reaches ensure_ray() still stops the cluster
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            _start_ray()
-        except BaseException as exc:  # noqa: BLE001 - raised again in the thread that waits
-            self.error = exc
-        self.done.set()
-        self.release.wait()
-
-    def stop(self) -> None:
-        self.done.wait()
-        if self.error is None and _embedded_node is not None:
-            _stop_embedded_cluster() if _patched() else sys.modules["ray"].shutdown()
-        self.release.set()
-
-
-def _wait_for_background() -> bool:
-    """The caller's turn: whether a background start ran (its error is raised here, once)."""
-    global _background
-    started, _background = _background, None
-    if started is None:
-        return False
-    started.done.wait()
-    if started.error is not None:
-        raise started.error
-    return True
-
-
 def ensure_ray(**init_kwargs: object) -> None:
-    """Connect to Ray unless connected; ``init_kwargs`` (e.g. ``num_cpus``) shape an embedded cluster
-    (one a background start made without them is replaced)."""
-    import ray
-
-    if _wait_for_background() and init_kwargs and _embedded_node is ray._private.worker._global_node:
-        _stop_embedded_cluster()
-    _start_ray(**init_kwargs)
-
-
-def _start_ray(**init_kwargs: object) -> None:
+    """Connect to Ray unless connected; ``init_kwargs`` (e.g. ``num_cpus``) shape an embedded cluster."""
     import ray
 
     if ray.is_initialized():
         return
     quiet = {"logging_level": logging.ERROR, "log_to_driver": False, "namespace": "trainkit"}
-    patched = _patched()
+    patched = os.environ.get("TRAINKIT_RAY_PATCHES", "1").lower() not in ("0", "false", "no")
     if patched:
         _hide_worker_pool_warning()
     if os.environ.get("RAY_ADDRESS"):
@@ -141,11 +76,6 @@ def _start_ray(**init_kwargs: object) -> None:
 
 
 _embedded_node = None  # the node of the cluster ensure_ray started in this process
-_background: _BackgroundStart | None = None  # a start begun by start_in_background, not yet waited for
-
-
-def _patched() -> bool:
-    return os.environ.get("TRAINKIT_RAY_PATCHES", "1").lower() not in ("0", "false", "no")
 
 
 def check_can_ever_place(scaling) -> None:
