@@ -4,20 +4,7 @@ import torch
 
 from trainkit.testing import BackendConformance, CheckpointConformance
 from trainkit_torch import TorchCheckpointIO, TorchConfig
-
-
-def framework_rank() -> int:
-    return torch.distributed.get_rank()
-
-
-def all_gather(value: float) -> list[float]:
-    gathered = [torch.zeros(1, dtype=torch.float64) for _ in range(torch.distributed.get_world_size())]
-    torch.distributed.all_gather(gathered, torch.tensor([value], dtype=torch.float64))
-    return [t.item() for t in gathered]
-
-
-def is_initialized() -> bool:
-    return torch.distributed.is_initialized()
+from trainkit_torch.testing import all_gather, framework_rank, is_initialized
 
 
 class TestTorchBackend(BackendConformance):
