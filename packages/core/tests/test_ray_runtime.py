@@ -1,4 +1,5 @@
-"""The embedded cluster with trainkit's patches of Ray internals turned off (TRAINKIT_RAY_PATCHES=0)."""
+"""The embedded cluster: its stand-in for Ray's dashboard agent, and trainkit's patches of Ray internals
+turned off (TRAINKIT_RAY_PATCHES=0)."""
 
 import os
 import subprocess
@@ -46,3 +47,48 @@ def test_use_gpu_without_a_gpu_fails_at_once_saying_so(ray_cluster, run_config):
         DataParallelTrainer(lambda: trainkit.report({"x": 1}), scaling_config=ScalingConfig(num_workers=2, use_gpu=True),
                             run_config=run_config()).fit()
     assert time.monotonic() - begin < 10  # not the 60 s placement timeout
+
+
+def test_the_embedded_raylet_runs_the_agent_stub_and_runtime_env_still_works(ray_cluster):
+    import psutil
+
+    node = ray_cluster._private.worker._global_node
+    raylet = psutil.Process(node.all_processes["raylet"][0].process.pid)
+    agents = [" ".join(child.cmdline()) for child in raylet.children()]
+    assert any("ray_agent_stub.py" in cmd for cmd in agents), agents
+    assert not any("dashboard/agent.py" in cmd for cmd in agents), agents
+
+    @ray_cluster.remote
+    def probe():
+        return os.environ.get("TRAINKIT_PROBE")
+
+    assert ray_cluster.get(probe.options(runtime_env={"env_vars": {"TRAINKIT_PROBE": "set"}}).remote(), timeout=60) == "set"
+
+
+def test_the_agent_stub_exits_once_its_raylet_is_gone():
+    """A raylet killed outright (SIGKILL) never stops its agents: the stub must not outlive it."""
+    import time
+
+    import psutil
+
+    from trainkit._internal import ray_runtime
+
+    stub = os.path.join(os.path.dirname(ray_runtime.__file__), "ray_agent_stub.py")
+    raylet = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time\n"
+                               f"print(subprocess.Popen([sys.executable, '-S', {stub!r}]).pid, flush=True)\n"
+                               "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    pid = int(raylet.stdout.readline())
+    time.sleep(0.5)
+    assert psutil.Process(pid).status() != psutil.STATUS_ZOMBIE  # waits while its raylet lives
+    raylet.kill()
+    raylet.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the agent stub (pid {pid}) outlived its raylet by 10 s")

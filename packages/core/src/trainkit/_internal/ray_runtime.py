@@ -25,6 +25,7 @@ import logging
 import os
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -52,12 +53,15 @@ def ensure_ray(**init_kwargs: object) -> None:
     notice = logging.getLogger("ray._private.authentication.authentication_token_setup")
     level = notice.level
     notice.setLevel(logging.ERROR)
-    services, node_cls = ray._private.services, ray._private.node.Node
-    slow_get_node, full_init, api_server = services.get_node, node_cls.__init__, node_cls.start_api_server
+    services, node_cls, utils = ray._private.services, ray._private.node.Node, ray._private.utils
+    originals = (services.get_node, services.start_ray_process, node_cls.__init__, node_cls.start_api_server,
+                 utils.get_dashboard_dependency_error)
     if patched:
-        services.get_node = _polling_get_node(ray, slow_get_node)
-        node_cls.__init__ = _lean_node_init(full_init)
+        services.get_node = _polling_get_node(ray, services.get_node)
+        services.start_ray_process = _lean_raylet(services.start_ray_process)
+        node_cls.__init__ = _lean_node_init(node_cls.__init__)
         node_cls.start_api_server = lambda self, **_: None  # no dashboard/job API: trainkit uses neither
+        utils.get_dashboard_dependency_error = lambda: None  # it only picks flags for the agent replaced below
     try:
         # address="local": an embedded cluster, never one that `ray start` (or another process's
         # test cluster) recorded in /tmp/ray; a cluster is joined only through RAY_ADDRESS.
@@ -65,7 +69,8 @@ def ensure_ray(**init_kwargs: object) -> None:
                  _temp_dir=str(private_dir() / "ray"), **quiet, **init_kwargs)
     finally:
         notice.setLevel(level)
-        services.get_node, node_cls.__init__, node_cls.start_api_server = slow_get_node, full_init, api_server
+        (services.get_node, services.start_ray_process, node_cls.__init__, node_cls.start_api_server,
+         utils.get_dashboard_dependency_error) = originals
     global _embedded_node
     _embedded_node = ray._private.worker._global_node
     if patched:
@@ -161,6 +166,30 @@ def _lean_node_init(full_init):
         full_init(self, ray_params, *args, **kwargs)
 
     return init
+
+
+_UNUSED_AGENT_PORTS = ("dashboard_agent_listen_port", "metrics_agent_port", "metrics_export_port")
+
+
+def _lean_raylet(start_ray_process):
+    """The raylet of an embedded cluster starts a stand-in (``ray_agent_stub.py``) for Ray's
+    dashboard agent. That agent serves the dashboard, metrics and log APIs, none of which the
+    embedded cluster runs (without ``ray[default]`` it loads no module at all), yet it costs 0.7 s of
+    CPU at every start and the raylet waits for it to report its ports before it registers. Here
+    those ports are written as "not in use" (-1, what Ray's own minimal agent writes) before the
+    raylet starts. Ray's runtime env agent is left as it is: ``runtime_env`` works as usual."""
+
+    def start(command, process_type, *args, **kwargs):
+        if process_type == "raylet":
+            flags = dict(arg[2:].split("=", 1) for arg in command if arg.startswith("--") and "=" in arg)
+            for name in _UNUSED_AGENT_PORTS:
+                Path(flags["session_dir"], f"{name}_{flags['node_id']}").write_text("-1")
+            stub = subprocess.list2cmdline([sys.executable, "-S", str(Path(__file__).with_name("ray_agent_stub.py"))])
+            command = [f"--dashboard_agent_command={stub}" if arg.startswith("--dashboard_agent_command=") else arg
+                       for arg in command]
+        return start_ray_process(command, process_type, *args, **kwargs)
+
+    return start
 
 
 def _polling_get_node(ray, slow_get_node):
