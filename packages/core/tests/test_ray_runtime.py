@@ -49,20 +49,26 @@ def test_use_gpu_without_a_gpu_fails_at_once_saying_so(ray_cluster, run_config):
     assert time.monotonic() - begin < 10  # not the 60 s placement timeout
 
 
-def test_the_embedded_raylet_runs_the_agent_stub_and_runtime_env_still_works(ray_cluster):
+def test_the_embedded_raylet_runs_agent_stubs_and_runtime_env_still_works(ray_cluster):
+    """No dashboard agent; the runtime env agent only once a task has a runtime_env."""
     import psutil
 
     node = ray_cluster._private.worker._global_node
     raylet = psutil.Process(node.all_processes["raylet"][0].process.pid)
-    agents = [" ".join(child.cmdline()) for child in raylet.children()]
-    assert any("ray_agent_stub.py" in cmd for cmd in agents), agents
-    assert not any("dashboard/agent.py" in cmd for cmd in agents), agents
+    children = {child.pid: " ".join(child.cmdline()) for child in raylet.children()}
+    agents = {pid: cmd for pid, cmd in children.items() if "ray_agent_stub.py" in cmd}
+    assert len(agents) == 2, children
+    ray_agents = [cmd for cmd in children.values() if "ray_agent_stub.py" not in cmd
+                  and ("dashboard/agent.py" in cmd or "runtime_env/agent/main.py" in cmd)]
+    assert not ray_agents, children
+    waiting = next(pid for pid, cmd in agents.items() if "--on-first-use" in cmd)
 
     @ray_cluster.remote
     def probe():
         return os.environ.get("TRAINKIT_PROBE")
 
     assert ray_cluster.get(probe.options(runtime_env={"env_vars": {"TRAINKIT_PROBE": "set"}}).remote(), timeout=60) == "set"
+    assert "ray_agent_stub.py" not in " ".join(psutil.Process(waiting).cmdline())  # it became the real agent
 
 
 def test_the_agent_stub_exits_once_its_raylet_is_gone():

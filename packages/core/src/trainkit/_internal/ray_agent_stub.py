@@ -1,14 +1,56 @@
-"""Stands in for Ray's dashboard agent on the embedded cluster (see ``ray_runtime._lean_raylet``).
+"""Stand-ins for Ray's two per-node agents on the embedded cluster (see ``ray_runtime._lean_raylet``).
 
-The raylet starts it in place of ``ray/dashboard/agent.py`` and fate-shares with it, so it stays up
-until its raylet is gone. It does nothing else: the ports Ray's agent would report are written as
-"not in use" before the raylet starts. Run with ``python -S`` (no site-packages): it imports nothing.
+    python -S ray_agent_stub.py                         # the dashboard agent: nothing to serve
+    python -S ray_agent_stub.py --on-first-use AGENT... # the runtime env agent, started when first used
+
+The raylet starts both and fate-shares with them, so each stays up until its raylet is gone. The
+runtime env agent is needed only by a task or actor with a ``runtime_env``: its stand-in listens on
+the agent's address, reports that port as the agent would, and on the first connection becomes
+the real agent (``exec``: same process, so the raylet still watches it) on that same port; the
+raylet's client retries the connection that woke it. Run with ``python -S``: it imports no package.
 """
 
 import os
+import select
+import socket
+import sys
 import time
 
-if __name__ == "__main__":
+
+def _flag(argv: list[str], name: str) -> str:
+    return next(arg.split("=", 1)[1] for arg in argv if arg.startswith(f"--{name}="))
+
+
+def _raylet_alive(raylet: int) -> bool:
+    return os.getppid() == raylet  # reparented: the raylet died without stopping its agents
+
+
+def stand_in() -> None:
     raylet = os.getppid()
-    while os.getppid() == raylet:  # reparented: the raylet died without stopping its agents
+    while _raylet_alive(raylet):
         time.sleep(1.0)
+
+
+def on_first_use(agent: list[str]) -> None:
+    raylet = os.getppid()
+    with socket.socket() as server:
+        server.bind((_flag(agent, "node-ip-address"), 0))
+        server.listen()
+        port = server.getsockname()[1]
+        port_file = os.path.join(_flag(agent, "session-dir"), f"runtime_env_agent_port_{_flag(agent, 'node-id')}")
+        with open(f"{port_file}.tmp", "w") as f:
+            f.write(str(port))
+        os.replace(f"{port_file}.tmp", port_file)  # the raylet never reads half a port
+        while not select.select([server], [], [], 1.0)[0]:
+            if not _raylet_alive(raylet):
+                return
+    agent = [f"--runtime-env-agent-port={port}" if arg.startswith("--runtime-env-agent-port=") else arg
+             for arg in agent]
+    os.execv(agent[0], agent)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--on-first-use"]:
+        on_first_use(sys.argv[2:])
+    else:
+        stand_in()

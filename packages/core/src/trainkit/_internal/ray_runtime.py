@@ -172,12 +172,12 @@ _UNUSED_AGENT_PORTS = ("dashboard_agent_listen_port", "metrics_agent_port", "met
 
 
 def _lean_raylet(start_ray_process):
-    """The raylet of an embedded cluster starts a stand-in (``ray_agent_stub.py``) for Ray's
-    dashboard agent. That agent serves the dashboard, metrics and log APIs, none of which the
-    embedded cluster runs (without ``ray[default]`` it loads no module at all), yet it costs 0.7 s of
-    CPU at every start and the raylet waits for it to report its ports before it registers. Here
-    those ports are written as "not in use" (-1, what Ray's own minimal agent writes) before the
-    raylet starts. Ray's runtime env agent is left as it is: ``runtime_env`` works as usual."""
+    """The raylet of an embedded cluster starts stand-ins (``ray_agent_stub.py``) for Ray's two
+    per-node agents, which cost 1.2 s of CPU at every start and which the raylet waits for (their
+    ports) before it registers. The dashboard agent serves the dashboard, metrics and log APIs, none
+    of which the embedded cluster runs (without ``ray[default]`` it loads no module at all): its
+    ports are written as "not in use" (-1, what Ray's own minimal agent writes). The runtime env
+    agent is started on first use: ``runtime_env`` works as usual, a first use waits for it once."""
 
     def start(command, process_type, *args, **kwargs):
         if process_type == "raylet":
@@ -185,11 +185,19 @@ def _lean_raylet(start_ray_process):
             for name in _UNUSED_AGENT_PORTS:
                 Path(flags["session_dir"], f"{name}_{flags['node_id']}").write_text("-1")
             stub = subprocess.list2cmdline([sys.executable, "-S", str(Path(__file__).with_name("ray_agent_stub.py"))])
-            command = [f"--dashboard_agent_command={stub}" if arg.startswith("--dashboard_agent_command=") else arg
-                       for arg in command]
+            command = [_with_agent_stub(arg, stub) for arg in command]
         return start_ray_process(command, process_type, *args, **kwargs)
 
     return start
+
+
+def _with_agent_stub(arg: str, stub: str) -> str:
+    dashboard, runtime_env = "--dashboard_agent_command=", "--runtime_env_agent_command="
+    if arg.startswith(dashboard):
+        return dashboard + stub
+    if arg.startswith(runtime_env):
+        return f"{runtime_env}{stub} --on-first-use {arg[len(runtime_env):]}"
+    return arg
 
 
 def _polling_get_node(ray, slow_get_node):
