@@ -98,3 +98,10 @@ def test_the_agent_stub_exits_once_its_raylet_is_gone():
         time.sleep(0.1)
     else:
         raise AssertionError(f"the agent stub (pid {pid}) outlived its raylet by 10 s")
+
+
+def test_the_embedded_raylet_retries_its_store_socket_in_20_ms(ray_cluster):
+    """Ray's 1 s retry, when the raylet's object store socket is not there yet, added 1 s to some starts."""
+    config = ray_cluster._private.worker._global_node._config
+    assert config["raylet_client_connect_timeout_milliseconds"] == 20
+    assert config["raylet_client_connect_timeout_milliseconds"] * config["raylet_client_num_connect_attempts"] >= 10_000

@@ -62,6 +62,7 @@ def ensure_ray(**init_kwargs: object) -> None:
         node_cls.__init__ = _lean_node_init(node_cls.__init__)
         node_cls.start_api_server = lambda self, **_: None  # no dashboard/job API: trainkit uses neither
         utils.get_dashboard_dependency_error = lambda: None  # it only picks flags for the agent replaced below
+        init_kwargs["_system_config"] = {**_FAST_SOCKET_RETRIES, **(init_kwargs.get("_system_config") or {})}
     try:
         # address="local": an embedded cluster, never one that `ray start` (or another process's
         # test cluster) recorded in /tmp/ray; a cluster is joined only through RAY_ADDRESS.
@@ -167,6 +168,11 @@ def _lean_node_init(full_init):
 
     return init
 
+
+# A raylet connects to its own object store's socket while another thread of it is still creating
+# that socket; it then sleeps 1 s (Ray's default) before the next try: 1 s added to every 12th
+# start on a quiet machine, to most starts on a busy one. 20 ms tries, the same 10 s in all.
+_FAST_SOCKET_RETRIES = {"raylet_client_connect_timeout_milliseconds": 20, "raylet_client_num_connect_attempts": 500}
 
 _UNUSED_AGENT_PORTS = ("dashboard_agent_listen_port", "metrics_agent_port", "metrics_export_port")
 
