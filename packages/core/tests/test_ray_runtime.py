@@ -105,3 +105,27 @@ def test_the_embedded_raylet_retries_its_store_socket_in_20_ms(ray_cluster):
     config = ray_cluster._private.worker._global_node._config
     assert config["raylet_client_connect_timeout_milliseconds"] == 20
     assert config["raylet_client_connect_timeout_milliseconds"] * config["raylet_client_num_connect_attempts"] >= 10_000
+
+
+def test_embedded_workers_import_pydantic_only_when_used(ray_cluster):
+    """Ray imports pydantic (0.2-0.3 s) in every process for one serializer; the embedded cluster's
+    workers start from ray_worker_main, which skips that until pydantic is imported."""
+    import pytest
+
+    pydantic = pytest.importorskip("pydantic")
+
+    @ray_cluster.remote
+    def imported(_argument) -> bool:  # an argument: its deserialization sets up the worker's serializers
+        import sys
+
+        return "pydantic" in sys.modules
+
+    class Point(pydantic.BaseModel):
+        x: int
+
+    @ray_cluster.remote
+    def shifted(point: Point) -> Point:
+        return Point(x=point.x + 1)
+
+    assert ray_cluster.get(imported.remote([1]), timeout=60) is False
+    assert ray_cluster.get(shifted.remote(Point(x=1)), timeout=60) == Point(x=2)

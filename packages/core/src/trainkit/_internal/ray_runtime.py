@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from trainkit._internal import watchdog
+from trainkit._internal import ray_worker_main, watchdog
 
 
 def ensure_ray(**init_kwargs: object) -> None:
@@ -63,6 +63,7 @@ def ensure_ray(**init_kwargs: object) -> None:
         node_cls.start_api_server = lambda self, **_: None  # no dashboard/job API: trainkit uses neither
         utils.get_dashboard_dependency_error = lambda: None  # it only picks flags for the agent replaced below
         init_kwargs["_system_config"] = {**_FAST_SOCKET_RETRIES, **(init_kwargs.get("_system_config") or {})}
+        ray_worker_main.lazy_pydantic()  # the workers' own is in ray_worker_main, their entry point
     try:
         # address="local": an embedded cluster, never one that `ray start` (or another process's
         # test cluster) recorded in /tmp/ray; a cluster is joined only through RAY_ADDRESS.
@@ -159,11 +160,13 @@ def _hide_worker_pool_warning() -> None:
 def _lean_node_init(full_init):
     """An embedded single-machine cluster needs neither Ray's autoscaler monitor (fixed resources)
     nor its log monitor (trainkit forwards worker output itself). On 2 cores their start-up competes
-    with everything else: dropping them and the API server takes ``ray.init`` from 2.3-3.2 s to 1.7 s."""
+    with everything else: dropping them and the API server takes ``ray.init`` from 2.3-3.2 s to 1.7 s.
+    Its workers start from ``ray_worker_main.py`` (Ray's worker, without pydantic unless imported)."""
 
     def init(self, ray_params, *args, **kwargs):
         ray_params.no_monitor = True
         ray_params.include_log_monitor = False
+        ray_params.worker_path = str(Path(__file__).with_name("ray_worker_main.py"))
         full_init(self, ray_params, *args, **kwargs)
 
     return init
