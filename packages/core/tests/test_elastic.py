@@ -52,7 +52,7 @@ class LoseThenRegainANode(trainkit.UserCallback):
         self.trace.append((epoch, size))
         if size == 2 and epoch >= 2 and self.removed_at is None:
             self.removed_at = epoch
-            self.cluster.remove_node(self.cluster.worker_nodes[0], allow_graceful=False)
+            self.cluster.remove_node(next(iter(self.cluster.worker_nodes)), allow_graceful=False)  # a set
         elif size == 1 and epoch >= self.removed_at + 3 and not self.added:
             self.added = True
             self.cluster.add_node(num_cpus=1)

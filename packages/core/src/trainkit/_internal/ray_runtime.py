@@ -14,8 +14,12 @@ is 0600.
 
 Ray internals: to start and stop faster and to drop one console warning, trainkit patches a few
 of Ray's private functions while it starts the embedded cluster (the pyproject bounds Ray to the
-releases tested with them). ``TRAINKIT_RAY_PATCHES=0`` turns them off: Ray's own code paths,
-slower, everything else the same (loopback and private files included).
+releases tested with them): no autoscaler monitor, log monitor or API server; stand-ins for the
+two per-node agents (``ray_agent_stub.py``: no dashboard agent, the runtime env agent on first
+use); 20 ms socket retries; a worker entry point that imports pydantic only when used
+(``ray_worker_main.py``); a 20 ms poll for the raylet's registration; a parallel stop at exit.
+``TRAINKIT_RAY_PATCHES=0`` turns them off: Ray's own code paths, slower, everything else the same
+(loopback and private files included).
 """
 
 from __future__ import annotations
