@@ -18,12 +18,11 @@ import os
 import sys
 import time
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console, Group
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
+if TYPE_CHECKING:  # rich is imported where a display draws: workers import this module for warn()
+    from rich.console import Console
+    from rich.live import Live
 
 PLAIN_EVERY_S = 30.0
 
@@ -73,6 +72,8 @@ def emit(console: Console, *renderables: Any) -> None:
 
 class Display:
     def __init__(self, verbose: int | None, run_name: str):
+        from rich.console import Console
+
         self.verbose = resolve_verbosity(verbose)
         self.run_name = run_name
         self.console = Console(stderr=True, highlight=False)
@@ -86,11 +87,16 @@ class Display:
 
     def start(self) -> None:
         if self.verbose >= 1 and self.console.is_terminal:
+            from rich.live import Live
+
             # get_renderable: each refresh redraws the status, so its clock ticks while nothing arrives
             self._live = Live(console=self.console, get_renderable=self._status, refresh_per_second=4, transient=True)
             self._live.start()
 
     def _status(self) -> Any:
+        from rich.console import Group
+        from rich.text import Text
+
         f = self.fields
         text = Text.assemble(("trainkit ", "bold cyan"), (self.run_name, "bold"),
                              f"  attempt {f['attempt']}  workers {f['workers']}  reports {f['reports']}")
@@ -158,6 +164,8 @@ class Display:
         counts them); with a ``checkpoint_score_attribute``, also the best checkpoint."""
         if self.verbose < 1:
             return
+        from rich.table import Table
+
         table = Table(show_header=False, box=None, pad_edge=False, title_justify="left",
                       title=f"trainkit run {self.run_name}: " + ("[red]failed[/]" if result.error else "[green]finished[/]"))
         table.add_row("path", result.path)
