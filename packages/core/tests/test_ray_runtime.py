@@ -80,9 +80,10 @@ def test_the_agent_stub_exits_once_its_raylet_is_gone():
     from trainkit._internal import ray_runtime
 
     stub = os.path.join(os.path.dirname(ray_runtime.__file__), "ray_agent_stub.py")
-    raylet = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time\n"
-                               f"print(subprocess.Popen([sys.executable, '-S', {stub!r}]).pid, flush=True)\n"
-                               "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    script = ("import subprocess, sys, time\n"
+              f"print(subprocess.Popen([sys.executable, '-S', {stub!r}]).pid, flush=True)\n"
+              "time.sleep(60)")
+    raylet = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     pid = int(raylet.stdout.readline())
     time.sleep(0.5)
     assert psutil.Process(pid).status() != psutil.STATUS_ZOMBIE  # waits while its raylet lives
