@@ -52,6 +52,10 @@ def test_use_gpu_without_a_gpu_fails_at_once_saying_so(ray_cluster, run_config):
 def test_the_embedded_raylet_runs_agent_stubs_and_runtime_env_still_works(ray_cluster):
     """No dashboard agent; the runtime env agent only once a task has a runtime_env."""
     import psutil
+    import pytest
+
+    if not hasattr(ray_cluster._raylet, "wait_for_persisted_port"):
+        pytest.skip("this Ray release's agents do not report their ports in files: no stand-ins")
 
     node = ray_cluster._private.worker._global_node
     raylet = psutil.Process(node.all_processes["raylet"][0].process.pid)

@@ -57,15 +57,11 @@ def ensure_ray(**init_kwargs: object) -> None:
     notice = logging.getLogger("ray._private.authentication.authentication_token_setup")
     level = notice.level
     notice.setLevel(logging.ERROR)
-    services, node_cls, utils = ray._private.services, ray._private.node.Node, ray._private.utils
-    originals = (services.get_node, services.start_ray_process, node_cls.__init__, node_cls.start_api_server,
-                 utils.get_dashboard_dependency_error)
+    patches = _start_patches(ray) if patched else []
+    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    for owner, name, replacement in patches:
+        setattr(owner, name, replacement)
     if patched:
-        services.get_node = _polling_get_node(ray, services.get_node)
-        services.start_ray_process = _lean_raylet(services.start_ray_process)
-        node_cls.__init__ = _lean_node_init(node_cls.__init__)
-        node_cls.start_api_server = lambda self, **_: None  # no dashboard/job API: trainkit uses neither
-        utils.get_dashboard_dependency_error = lambda: None  # it only picks flags for the agent replaced below
         init_kwargs["_system_config"] = {**_FAST_SOCKET_RETRIES, **(init_kwargs.get("_system_config") or {})}
         ray_worker_main.lazy_pydantic()  # the workers' own is in ray_worker_main, their entry point
     try:
@@ -75,8 +71,8 @@ def ensure_ray(**init_kwargs: object) -> None:
                  _temp_dir=str(private_dir() / "ray"), **quiet, **init_kwargs)
     finally:
         notice.setLevel(level)
-        (services.get_node, services.start_ray_process, node_cls.__init__, node_cls.start_api_server,
-         utils.get_dashboard_dependency_error) = originals
+        for owner, name, original in originals:
+            setattr(owner, name, original)
     global _embedded_node
     _embedded_node = ray._private.worker._global_node
     if patched:
@@ -87,6 +83,20 @@ def ensure_ray(**init_kwargs: object) -> None:
 
 
 _embedded_node = None  # the node of the cluster ensure_ray started in this process
+
+
+def _start_patches(ray) -> list[tuple[object, str, object]]:
+    """(owner, attribute, replacement) for the embedded cluster's start, each only where this Ray
+    release has what it replaces (see the module docstring)."""
+    services, node_cls, utils = ray._private.services, ray._private.node.Node, ray._private.utils
+    patches = [(services, "get_node", _polling_get_node(ray, services.get_node)),
+               (node_cls, "__init__", _lean_node_init(node_cls.__init__)),
+               (node_cls, "start_api_server", lambda self, **_: None)]  # no dashboard/job API: trainkit uses neither
+    if hasattr(ray._raylet, "wait_for_persisted_port"):  # agents report their ports in files (Ray >= 2.5x)
+        patches.append((services, "start_ray_process", _lean_raylet(services.start_ray_process)))
+        if hasattr(utils, "get_dashboard_dependency_error"):  # it only picks flags for the agent replaced
+            patches.append((utils, "get_dashboard_dependency_error", lambda: None))
+    return patches
 
 
 def check_can_ever_place(scaling) -> None:
@@ -193,8 +203,9 @@ def _lean_raylet(start_ray_process):
     agent is started on first use: ``runtime_env`` works as usual, a first use waits for it once."""
 
     def start(command, process_type, *args, **kwargs):
-        if process_type == "raylet":
-            flags = dict(arg[2:].split("=", 1) for arg in command if arg.startswith("--") and "=" in arg)
+        flags = dict(arg[2:].split("=", 1) for arg in command if arg.startswith("--") and "=" in arg)
+        if process_type == "raylet" and {"session_dir", "node_id", "dashboard_agent_command",
+                                         "runtime_env_agent_command"} <= flags.keys():
             for name in _UNUSED_AGENT_PORTS:
                 Path(flags["session_dir"], f"{name}_{flags['node_id']}").write_text("-1")
             stub = subprocess.list2cmdline([sys.executable, "-S", str(Path(__file__).with_name("ray_agent_stub.py"))])

@@ -8,10 +8,20 @@ other serializer is registered as Ray does. Run as a script (``ray_params.worker
 file imports nothing of trainkit.
 """
 
+import importlib.util
 import os
 import runpy
 import sys
 import types
+
+_PYDANTIC_COMPAT = ("ray._common.pydantic_compat", "ray._private.pydantic_compat")  # newer Ray, older Ray
+
+
+def _found(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
 
 
 def lazy_pydantic() -> None:
@@ -20,7 +30,9 @@ def lazy_pydantic() -> None:
     ray_apply = addons.apply
     if getattr(ray_apply, "trainkit_lazy_pydantic", False):
         return
-    compat = "ray._common.pydantic_compat"
+    compat = next((name for name in _PYDANTIC_COMPAT if _found(name)), None)
+    if compat is None:
+        return
     no_pydantic = types.ModuleType(compat)
     no_pydantic.register_pydantic_serializers = lambda context: None
 
