@@ -92,7 +92,7 @@ def _start_patches(ray) -> list[tuple[object, str, object]]:
     patches = [(services, "get_node", _polling_get_node(ray, services.get_node)),
                (node_cls, "__init__", _lean_node_init(node_cls.__init__)),
                (node_cls, "start_api_server", lambda self, **_: None)]  # no dashboard/job API: trainkit uses neither
-    if hasattr(ray._raylet, "wait_for_persisted_port"):  # agents report their ports in files (Ray >= 2.5x)
+    if hasattr(ray._raylet, "wait_for_persisted_port"):  # agents report their ports in files (not Ray 2.40)
         patches.append((services, "start_ray_process", _lean_raylet(services.start_ray_process)))
         if hasattr(utils, "get_dashboard_dependency_error"):  # it only picks flags for the agent replaced
             patches.append((utils, "get_dashboard_dependency_error", lambda: None))
