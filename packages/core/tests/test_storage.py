@@ -135,3 +135,21 @@ def test_ranks_writing_the_same_file_never_hash_a_half_written_copy(tmp_path):
         t.join()
     assert len(set(digests)) == 1 and len(digests) == 40
     assert sorted(os.listdir(dest)) == ["shared.bin"]  # no private copies left behind
+
+
+def test_a_rank_whose_copy_rank_0_replaces_still_reports_its_own_bytes(tmp_path):
+    """Rank 1 copies first, rank 0 then replaces the shared file, rank 1 hashes last: the commit
+    must still learn that the two ranks wrote different contents (BatchNorm buffers, say)."""
+    from trainkit._internal.storage import copy_dir_local, hash_local
+
+    sources = {}
+    for rank in (0, 1):
+        sources[rank] = tmp_path / f"src{rank}"
+        sources[rank].mkdir()
+        (sources[rank] / "model.pt").write_bytes(f"rank {rank}".encode())
+    dest = tmp_path / "dest"
+    copied_1 = copy_dir_local(str(sources[1]), str(dest), rank=1)
+    [entry_0] = hash_local(str(dest), copy_dir_local(str(sources[0]), str(dest), rank=0))
+    [entry_1] = hash_local(str(dest), copied_1)
+    assert entry_0.sha256 != entry_1.sha256
+    assert (dest / "model.pt").read_bytes() == b"rank 0" and sorted(os.listdir(dest)) == ["model.pt"]

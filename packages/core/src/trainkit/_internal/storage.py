@@ -130,13 +130,14 @@ def upload_dir(local_dir: str, fs: "pafs.FileSystem", dest: str, **where: int) -
     return entries
 
 
-def copy_dir_local(local_dir: str, dest: str, **where: int) -> list[str | FileEntry]:
-    """Copy ``local_dir`` into ``dest`` on the local disk at kernel speed; return the relative paths
-    (a ``FileEntry`` of this rank's bytes where another rank's copy was kept). Hashing is left to
-    ``hash_local`` (a background thread), off the training thread's clock."""
+def copy_dir_local(local_dir: str, dest: str, **where: int) -> list[str | tuple[str, str]]:
+    """Copy ``local_dir`` into ``dest`` on the local disk at kernel speed; return what ``hash_local``
+    (a background thread, off the training thread's clock) hashes: relative paths, or (path, this
+    rank's private copy) for a rank other than 0."""
     if not os.path.isdir(local_dir):
         raise ValueError(f"checkpoint directory {local_dir!r} does not exist or is not a directory")
-    copied, superseded = [], {}
+    copied: list[str | tuple[str, str]] = []
+    rank_0 = where.get("rank", 0) == 0
     for absolute, rel in _walk_local(local_dir):
         if rel == MANIFEST:
             continue
@@ -145,31 +146,36 @@ def copy_dir_local(local_dir: str, dest: str, **where: int) -> list[str | FileEn
         # Ranks may write the same file into one checkpoint: copy to a private name, then rename,
         # so no rank ever hashes a file another rank is halfway through rewriting. Rank 0's copy
         # replaces any other; the others' never replace one already there (the commit keeps it).
+        # A rank other than 0 hashes its private copy: rank 0 may still replace the shared one.
         partial = os.path.join(os.path.dirname(target),
-                               f".{os.path.basename(target)}.{os.getpid()}.{threading.get_ident()}.part")
+                               f".{os.path.basename(target)}.{where.get('rank', 0)}.{os.getpid()}.{threading.get_ident()}.part")
 
         def copy(absolute: str = absolute, target: str = target, partial: str = partial) -> None:
             shutil.copyfile(absolute, partial)
-            if where.get("rank", 0) == 0:
+            if rank_0:
                 os.replace(partial, target)
                 return
             try:
                 os.link(partial, target)
-            except FileExistsError:  # another rank's copy stays; ours is hashed now, for the commit's log
-                superseded[rel] = FileEntry(rel, *_size_sha256(partial))
-            finally:
-                os.unlink(partial)
+            except FileExistsError:  # another rank's copy stays
+                pass
 
         with_retries("upload", target, copy)
-        copied.append(superseded.get(rel, rel))
+        copied.append(rel if rank_0 else (rel, partial))
         faults.point("upload_file", **where)
     os.makedirs(dest, exist_ok=True)
     return copied
 
 
-def hash_local(dest: str, copied: list[str | FileEntry]) -> list[FileEntry]:
-    return [rel if isinstance(rel, FileEntry) else FileEntry(rel, *_size_sha256(os.path.join(dest, rel)))
-            for rel in copied if (rel.path if isinstance(rel, FileEntry) else rel) not in _UNHASHED]
+def hash_local(dest: str, copied: list[str | tuple[str, str]]) -> list[FileEntry]:
+    entries = []
+    for item in copied:
+        rel, path = item if isinstance(item, tuple) else (item, os.path.join(dest, item))
+        if rel not in _UNHASHED:
+            entries.append(FileEntry(rel, *_size_sha256(path)))
+        if isinstance(item, tuple):
+            os.unlink(path)  # this rank's private copy, hashed
+    return entries
 
 
 def _size_sha256(path: str) -> tuple[int, str]:
