@@ -203,9 +203,9 @@ def _lean_raylet(start_ray_process):
     agent is started on first use: ``runtime_env`` works as usual, a first use waits for it once."""
 
     def start(command, process_type, *args, **kwargs):
-        flags = dict(arg[2:].split("=", 1) for arg in command if arg.startswith("--") and "=" in arg)
-        if process_type == "raylet" and {"session_dir", "node_id", "dashboard_agent_command",
-                                         "runtime_env_agent_command"} <= flags.keys():
+        flags = dict(arg[2:].split("=", 1) for arg in command if arg.startswith("--") and "=" in arg) \
+            if process_type == "raylet" else {}
+        if {"session_dir", "node_id", "dashboard_agent_command", "runtime_env_agent_command"} <= flags.keys():
             for name in _UNUSED_AGENT_PORTS:
                 Path(flags["session_dir"], f"{name}_{flags['node_id']}").write_text("-1")
             stub = subprocess.list2cmdline([sys.executable, "-S", str(Path(__file__).with_name("ray_agent_stub.py"))])

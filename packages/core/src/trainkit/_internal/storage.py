@@ -137,7 +137,7 @@ def copy_dir_local(local_dir: str, dest: str, **where: int) -> list[str | tuple[
     if not os.path.isdir(local_dir):
         raise ValueError(f"checkpoint directory {local_dir!r} does not exist or is not a directory")
     copied: list[str | tuple[str, str]] = []
-    rank_0 = where.get("rank", 0) == 0
+    rank = where.get("rank", 0)
     for absolute, rel in _walk_local(local_dir):
         if rel == MANIFEST:
             continue
@@ -148,11 +148,11 @@ def copy_dir_local(local_dir: str, dest: str, **where: int) -> list[str | tuple[
         # replaces any other; the others' never replace one already there (the commit keeps it).
         # A rank other than 0 hashes its private copy: rank 0 may still replace the shared one.
         partial = os.path.join(os.path.dirname(target),
-                               f".{os.path.basename(target)}.{where.get('rank', 0)}.{os.getpid()}.{threading.get_ident()}.part")
+                               f".{os.path.basename(target)}.{rank}.{os.getpid()}.{threading.get_ident()}.part")
 
         def copy(absolute: str = absolute, target: str = target, partial: str = partial) -> None:
             shutil.copyfile(absolute, partial)
-            if rank_0:
+            if rank == 0:
                 os.replace(partial, target)
                 return
             try:
@@ -161,7 +161,7 @@ def copy_dir_local(local_dir: str, dest: str, **where: int) -> list[str | tuple[
                 pass
 
         with_retries("upload", target, copy)
-        copied.append(rel if rank_0 else (rel, partial))
+        copied.append(rel if rank == 0 else (rel, partial))
         faults.point("upload_file", **where)
     os.makedirs(dest, exist_ok=True)
     return copied
@@ -170,11 +170,12 @@ def copy_dir_local(local_dir: str, dest: str, **where: int) -> list[str | tuple[
 def hash_local(dest: str, copied: list[str | tuple[str, str]]) -> list[FileEntry]:
     entries = []
     for item in copied:
-        rel, path = item if isinstance(item, tuple) else (item, os.path.join(dest, item))
+        private = isinstance(item, tuple)
+        rel, path = item if private else (item, os.path.join(dest, item))
         if rel not in _UNHASHED:
             entries.append(FileEntry(rel, *_size_sha256(path)))
-        if isinstance(item, tuple):
-            os.unlink(path)  # this rank's private copy, hashed
+        if private:
+            os.unlink(path)  # this rank's own copy, hashed
     return entries
 
 
