@@ -179,6 +179,47 @@ def test_a_killed_worker_is_named_with_its_last_output(ray_cluster, run_config):
     assert "attempt_0/rank_1.txt" in message
 
 
+class SlowTracker(trainkit.UserCallback):
+    """A tracking callback whose first log call takes 2 s (a slow tracking server): the driver is busy."""
+    def __init__(self, busy_marker):
+        self.busy_marker = busy_marker
+
+    def after_report(self, run_context, metrics, checkpoint):
+        if run_context.attempt == 0 and run_context.report_index == 0:
+            open(self.busy_marker, "w").close()
+            time.sleep(2)
+
+
+def dies_while_the_driver_is_busy(config):
+    ctx = trainkit.get_context()
+    for step in range(resume_step(), 3):
+        if step == 0 and ctx.get_attempt() == 0 and ctx.get_world_rank() == 1:
+            time.sleep(0.3)  # rank 1's report completes report 0: the driver commits as it receives it
+        report_step(step, {"step": step}, rank0_only=True)
+        if step == 0 and ctx.get_attempt() == 0:
+            while not os.path.exists(config["busy_marker"]):
+                time.sleep(0.01)
+        print(f"rank {ctx.get_world_rank()} finished step {step}")
+        if step == 1 and ctx.get_attempt() == 0 and ctx.get_world_rank() == 1:
+            time.sleep(0.5)  # report 1 returned and the line was printed 0.5 s ago
+            os._exit(1)
+
+
+def test_what_a_rank_sent_before_it_died_reaches_the_driver_even_while_the_driver_is_busy(
+        ray_cluster, run_config, tmp_path):
+    """Workers' events are received as they come, not between the driver's commits and callbacks:
+    a rank that dies while the driver waits on a slow callback (or a slow store) loses none of its
+    output, and the checkpoint whose report() returned on every rank before the death commits."""
+    marker = str(tmp_path / "driver-busy")
+    result = DataParallelTrainer(dies_while_the_driver_is_busy, train_loop_config={"busy_marker": marker},
+                                 scaling_config=TWO, run_config=run_config(
+                                     failure_config=FailureConfig(max_failures=1), callbacks=[SlowTracker(marker)])).fit()
+    lines = [json.loads(line) for line in open(os.path.join(result.path, "metrics.jsonl"))]
+    assert [(line["metrics"]["step"], line["attempt"]) for line in lines] == [(0, 0), (1, 0), (2, 1)]
+    log = open(os.path.join(result.path, "logs", "attempt_0", "rank_1.txt")).read()
+    assert "rank 1 finished step 0" in log and "rank 1 finished step 1" in log, log
+
+
 class FailingCallback(trainkit.UserCallback):
     def after_report(self, run_context, metrics, checkpoint):
         raise KeyError("callback bug")

@@ -16,6 +16,7 @@ from trainkit._internal.events import Failed, Finished, Output, Report
 from trainkit._internal.failure_policy import Outcome
 from trainkit._internal.ingest import datasets_per_rank
 from trainkit._internal.progress import ProgressWatch
+from trainkit._internal.receiver import EventReceiver, Received
 from trainkit._internal.report_log import ReportLog
 from trainkit._internal.run_logs import LOGS, RunLogs
 from trainkit._internal.run_state import RunState, start_profile
@@ -164,75 +165,82 @@ class AttemptRunner:
         self.display.worker_output(event.rank, event.text, progress=event.progress)
 
     def _watch(self, group: Any) -> AttemptResult:
-        import ray
-
         outcome = AttemptResult()
         timeout_s = self.failure_config.worker_timeout_s
-        refs: dict[Any, int] = {}
         last_seen = {w.world_rank: time.monotonic() for w in group.workers}
         running = set(last_seen)
         progress = ProgressWatch(self.failure_config.progress_timeout_s)
-
-        def poll(rank: int) -> None:
-            refs[group.workers[rank].actor.poll.remote(min(POLL_S, timeout_s / 2), self.reports.take_acks(rank))] = rank
-
-        for rank in running:
-            poll(rank)
+        receiver = EventReceiver(group.workers, poll_s=min(POLL_S, timeout_s / 2))
+        unhandled: list[Received] = []
         can_grow = self.scaling.elastic and len(group) < self.scaling.max_workers
         next_check = time.monotonic() + self.scaling.elastic_resize_monitor_interval_s
-        while running and outcome.error is None and outcome.resize_to is None:
-            ready, rest = ray.wait(list(refs), num_returns=1, timeout=min(POLL_S, timeout_s))
-            if self.reports.validator:
-                self.reports.merge_validations()
-            if ready and rest:  # every rank that answered, not just the first: none looks hung
-                ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
-            now = time.monotonic()
-            for ref in ready:
-                rank = refs.pop(ref)
-                try:
-                    events = ray.get(ref)
-                except ray.exceptions.RayActorError as exc:
-                    outcome.error = self._died(rank, exc)
-                    break
-                except ray.exceptions.RayError as exc:  # e.g. an event that cannot be unpickled here
-                    outcome.error = WorkerGroupError(f"rank {rank}: its events could not be received: {exc}",
-                                                     {rank: exc}, rank=rank, error_type=type(exc).__name__)
-                    break
-                last_seen[rank] = now
-                for event in events:
-                    if isinstance(event, Report):
-                        self._on_report(event)
-                    elif isinstance(event, Output):
-                        self._on_output(event)
-                    elif isinstance(event, Finished):
-                        running.discard(rank)
-                        if rank == 0:
-                            outcome.return_value = event.return_value
-                    elif isinstance(event, Failed) and outcome.error is None:
-                        outcome.error = _training_error(event)
-                        outcome.worker_errors[rank] = outcome.error
-                if rank in running and outcome.error is None:
-                    poll(rank)
-            hung = sorted(r for r in running if now - last_seen[r] > timeout_s)
-            if hung and outcome.error is None:
-                message = (f"rank(s) {hung} stopped responding for more than {timeout_s:g} s "
-                           "(FailureConfig.worker_timeout_s)")
-                outcome.error = WorkerGroupError(message, {r: TimeoutError(message) for r in hung},
-                                                 rank=hung[0], error_type="WorkerHung")
-            if outcome.error is None and (stuck := progress.check(group.workers, running)):
-                outcome.error = outcome.worker_errors[stuck.rank] = stuck
-            self.reports.save_state_if_due()
-            if can_grow and running and now >= next_check and outcome.error is None:
-                from trainkit._internal.elastic import workers_that_fit
+        try:
+            while running and outcome.error is None and outcome.resize_to is None:
+                received = receiver.get(timeout=min(POLL_S, timeout_s))
+                if self.reports.validator:
+                    self.reports.merge_validations()
+                for i, item in enumerate(received):
+                    if outcome.error is not None:
+                        unhandled = received[i:]
+                        break
+                    last_seen[item.rank] = item.at
+                    self._handle(item, outcome, running)
+                self._send_acks(group)
+                now = time.monotonic()
+                hung = sorted(r for r in running if now - last_seen[r] > timeout_s)
+                if hung and outcome.error is None:
+                    message = (f"rank(s) {hung} stopped responding for more than {timeout_s:g} s "
+                               "(FailureConfig.worker_timeout_s)")
+                    outcome.error = WorkerGroupError(message, {r: TimeoutError(message) for r in hung},
+                                                     rank=hung[0], error_type="WorkerHung")
+                if outcome.error is None and (stuck := progress.check(group.workers, running)):
+                    outcome.error = outcome.worker_errors[stuck.rank] = stuck
+                self.reports.save_state_if_due()
+                if can_grow and running and now >= next_check and outcome.error is None:
+                    from trainkit._internal.elastic import workers_that_fit
 
-                next_check = now + self.scaling.elastic_resize_monitor_interval_s
-                if extra := workers_that_fit(self.scaling.worker_resources):
-                    outcome.resize_to = min(self.scaling.max_workers, len(group) + extra)
+                    next_check = now + self.scaling.elastic_resize_monitor_interval_s
+                    if extra := workers_that_fit(self.scaling.worker_resources):
+                        outcome.resize_to = min(self.scaling.max_workers, len(group) + extra)
+        finally:
+            queued, outstanding = receiver.stop()
         if outcome.error is not None or outcome.resize_to is not None:
-            self._salvage_reports(group, refs, failed=outcome.error.rank if outcome.error else None)
+            self._salvage_reports(group, unhandled + queued, outstanding,
+                                  failed=outcome.error.rank if outcome.error else None)
             return outcome
         self.reports.drop_unmatched()
         return outcome
+
+    def _handle(self, item: Received, outcome: AttemptResult, running: set[int]) -> None:
+        """One poll's answer from ``item.rank``: its events in order, or why the poll failed."""
+        import ray
+
+        if item.error is not None:
+            if isinstance(item.error, ray.exceptions.RayActorError):
+                outcome.error = self._died(item.rank, item.error)
+            else:  # e.g. an event that cannot be unpickled here
+                outcome.error = WorkerGroupError(f"rank {item.rank}: its events could not be received: {item.error}",
+                                                 {item.rank: item.error}, rank=item.rank,
+                                                 error_type=type(item.error).__name__)
+            return
+        for event in item.events or ():
+            if isinstance(event, Report):
+                self._on_report(event)
+            elif isinstance(event, Output):
+                self._on_output(event)
+            elif isinstance(event, Finished):
+                running.discard(item.rank)
+                if item.rank == 0:
+                    outcome.return_value = event.return_value
+            elif isinstance(event, Failed) and outcome.error is None:
+                outcome.error = _training_error(event)
+                outcome.worker_errors[item.rank] = outcome.error
+
+    def _send_acks(self, group: Any) -> None:
+        """Tell the ranks which reports committed, at once (a rank waiting in
+        ``get_all_reported_checkpoints()`` has no event that would bring its next poll back sooner)."""
+        for rank, acks in self.reports.take_acks():
+            group.workers[rank].actor.acknowledge.remote(acks)  # a rank that died meanwhile needs none
 
     def _died(self, rank: int, exc: BaseException) -> WorkerGroupError:
         """A rank's process is gone (killed: out of memory, SIGKILL, a crash): what it printed last is the clue."""
@@ -243,25 +251,27 @@ class AttemptRunner:
             f"system, e.g. out of memory, or by a signal)\n\nLast output of rank {rank} (all of it: {log}):\n{tail}",
             {rank: exc}, rank=rank, error_type="WorkerDied")
 
-    def _salvage_reports(self, group: Any, refs: dict[Any, int], failed: int | None) -> None:
+    def _salvage_reports(self, group: Any, received: list[Received], outstanding: dict[Any, int],
+                         failed: int | None) -> None:
         """A rank failed: commit what the other ranks had already reported (a checkpoint whose
         ``report()`` returned on every rank before the failure is not lost). Waits at most 0.25 s."""
         import ray
 
-        pending = {ref: rank for ref, rank in refs.items() if rank != failed}
+        pending = {ref: rank for ref, rank in outstanding.items() if rank != failed}
         for w in group.workers:
             if w.world_rank != failed:
-                pending[w.actor.poll.remote(0, [])] = w.world_rank
+                pending[w.actor.poll.remote(0)] = w.world_rank
         ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.25)
         for ref in ready:
             try:
-                events = ray.get(ref)
+                received.append(Received(pending[ref], time.monotonic(), ray.get(ref)))
             except ray.exceptions.RayError:
                 continue
-            for event in events:
+        for item in received:
+            for event in item.events or ():
                 if isinstance(event, Output):
                     self._on_output(event)
-                elif isinstance(event, Report):
+                elif isinstance(event, Report) and item.rank != failed:
                     try:
                         self._on_report(event)
                     except Exception as exc:  # noqa: BLE001 - the original failure is the one to report

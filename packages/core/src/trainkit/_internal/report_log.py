@@ -54,9 +54,10 @@ class ReportLog:
         self._acks.clear()
         self.select_resume_checkpoint()
 
-    def take_acks(self, rank: int) -> list:
-        """The acknowledgements ``rank``'s next poll takes with it."""
-        return self._acks.pop(rank, [])
+    def take_acks(self) -> list[tuple[int, list]]:
+        """The acknowledgements not sent yet: (rank, its list)."""
+        acks, self._acks = self._acks, {}
+        return sorted(acks.items())
 
     def latest_checkpoint(self) -> Checkpoint | None:
         name = self.state.latest_checkpoint

@@ -153,12 +153,15 @@ class Worker:
         """(seconds without progress, the training thread's stack) once that exceeds ``timeout_s``."""
         return self._session and self._session.progress.stalled(self._train_thread, timeout_s)
 
-    def poll(self, timeout: float, committed: list[tuple[int, Checkpoint, dict, list[int]]]) -> list[Any]:
-        """Wait up to ``timeout`` s for events and return those ready, at most ``POLL_EVENTS`` (a
-        backlog reaches the driver in bounded batches: its memory stays flat)."""
+    def acknowledge(self, committed: list[tuple[int, Checkpoint | None, dict, list[int]]]) -> None:
+        """The driver committed these reports (see ``Session.on_committed``)."""
         if self._session is not None:
             for ack in committed:
                 self._session.on_committed(*ack)
+
+    def poll(self, timeout: float) -> list[Any]:
+        """Wait up to ``timeout`` s for events and return those ready, at most ``POLL_EVENTS`` (a
+        backlog reaches the driver in bounded batches: its memory stays flat)."""
         try:
             events = [self._events.get(timeout=timeout)]
         except queue.Empty:

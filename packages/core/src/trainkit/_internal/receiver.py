@@ -1,0 +1,88 @@
+"""The driver's ear: a thread that keeps one poll outstanding on every rank and queues what comes back.
+
+Events leave a worker only when a poll takes them. Polled from the driver's own loop, they would
+wait in the worker while the driver commits a checkpoint or runs a slow callback, and a rank that
+died meanwhile took them with it: its last output and the reports that had already returned. Here
+they leave as they happen; the driver handles them in arrival order whenever it is free.
+
+The queue is bounded: a driver that falls far behind stops the polls, and the backlog waits in the
+workers (in bounded batches, see ``Worker.poll``) instead of growing the driver's memory.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Any, NamedTuple
+
+from trainkit._internal.events import Finished
+
+WAKE_S = 0.05  # how soon the thread sees stop() or a queue the driver emptied
+BATCHES_PER_RANK = 4  # queued and not yet handled, before the polls stop
+
+
+class Received(NamedTuple):
+    rank: int
+    at: float  # time.monotonic() when it arrived
+    events: list[Any] | None  # None: the poll raised ``error``
+    error: BaseException | None = None
+
+
+class EventReceiver:
+    def __init__(self, workers: list[Any], poll_s: float):
+        self._workers, self._poll_s = workers, poll_s
+        self._queue: queue.SimpleQueue[Received] = queue.SimpleQueue()
+        self._most_queued = BATCHES_PER_RANK * len(workers)
+        self._outstanding: dict[Any, int] = {}  # poll -> rank
+        self._paused: list[int] = []  # ranks to poll again once the driver caught up
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="trainkit-receiver", daemon=True)
+        self._thread.start()
+
+    def get(self, timeout: float) -> list[Received]:
+        """What arrived: waits up to ``timeout`` s for the first, then takes all that are queued."""
+        try:
+            received = [self._queue.get(timeout=timeout)]
+        except queue.Empty:
+            return []
+        while not self._queue.empty():
+            received.append(self._queue.get_nowait())
+        return received
+
+    def stop(self) -> tuple[list[Received], dict[Any, int]]:
+        """Stop polling: what arrived and was not taken yet, and the polls still outstanding."""
+        self._stopping.set()
+        self._thread.join()
+        return self.get(timeout=0), self._outstanding
+
+    def _poll(self, rank: int) -> None:
+        self._outstanding[self._workers[rank].actor.poll.remote(self._poll_s)] = rank
+
+    def _run(self) -> None:
+        import ray
+
+        self._paused = list(range(len(self._workers)))
+        while not self._stopping.is_set():
+            if self._paused and self._queue.qsize() < self._most_queued:
+                for rank in self._paused:
+                    self._poll(rank)
+                self._paused = []
+            if not self._outstanding:
+                if not self._paused:
+                    return  # every rank finished
+                time.sleep(WAKE_S)
+                continue
+            ready, rest = ray.wait(list(self._outstanding), num_returns=1, timeout=WAKE_S)
+            if ready and rest:
+                ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+            for ref in ready:
+                rank = self._outstanding.pop(ref)
+                try:
+                    events = ray.get(ref)
+                except ray.exceptions.RayError as exc:  # dead, or an event that cannot be unpickled here
+                    self._queue.put(Received(rank, time.monotonic(), None, exc))
+                    continue
+                self._queue.put(Received(rank, time.monotonic(), events))
+                if not any(isinstance(event, Finished) for event in events):
+                    self._paused.append(rank)
