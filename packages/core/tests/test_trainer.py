@@ -220,6 +220,26 @@ def test_what_a_rank_sent_before_it_died_reaches_the_driver_even_while_the_drive
     assert "rank 1 finished step 0" in log and "rank 1 finished step 1" in log, log
 
 
+class StallsOnce(trainkit.UserCallback):
+    """The driver stalls 3 s (4 x worker_timeout_s below) while the ranks report as fast as they can."""
+    def after_report(self, run_context, metrics, checkpoint):
+        if run_context.report_index == 0:
+            time.sleep(3)
+
+
+def reports_fast(config):
+    for i in range(3000):
+        trainkit.report({"i": i})
+
+
+def test_a_driver_behind_on_a_backlog_does_not_call_live_ranks_hung(ray_cluster, run_config):
+    """A rank is hung when it leaves the driver's poll unanswered, not when the driver has not yet
+    got round to what it sent: the stall and the backlog after it are longer than worker_timeout_s."""
+    result = DataParallelTrainer(reports_fast, scaling_config=TWO, run_config=run_config(
+        failure_config=FailureConfig(worker_timeout_s=0.75), callbacks=[StallsOnce()])).fit()
+    assert result.error is None and result.metrics == {"i": 2999}
+
+
 class FailingCallback(trainkit.UserCallback):
     def after_report(self, run_context, metrics, checkpoint):
         raise KeyError("callback bug")

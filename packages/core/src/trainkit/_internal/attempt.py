@@ -167,8 +167,7 @@ class AttemptRunner:
     def _watch(self, group: Any) -> AttemptResult:
         outcome = AttemptResult()
         timeout_s = self.failure_config.worker_timeout_s
-        last_seen = {w.world_rank: time.monotonic() for w in group.workers}
-        running = set(last_seen)
+        running = {w.world_rank for w in group.workers}
         progress = ProgressWatch(self.failure_config.progress_timeout_s)
         receiver = EventReceiver(group.workers, poll_s=min(POLL_S, timeout_s / 2))
         unhandled: list[Received] = []
@@ -183,11 +182,10 @@ class AttemptRunner:
                     if outcome.error is not None:
                         unhandled = received[i:]
                         break
-                    last_seen[item.rank] = item.at
                     self._handle(item, outcome, running)
                 self._send_acks(group)
                 now = time.monotonic()
-                hung = sorted(r for r in running if now - last_seen[r] > timeout_s)
+                hung = sorted(r for r, seconds in receiver.silent().items() if r in running and seconds > timeout_s)
                 if hung and outcome.error is None:
                     message = (f"rank(s) {hung} stopped responding for more than {timeout_s:g} s "
                                "(FailureConfig.worker_timeout_s)")
@@ -264,7 +262,7 @@ class AttemptRunner:
         ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.25)
         for ref in ready:
             try:
-                received.append(Received(pending[ref], time.monotonic(), ray.get(ref)))
+                received.append(Received(pending[ref], ray.get(ref)))
             except ray.exceptions.RayError:
                 continue
         for item in received:

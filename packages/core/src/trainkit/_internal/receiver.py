@@ -24,7 +24,6 @@ BATCHES_PER_RANK = 4  # queued and not yet handled, before the polls stop
 
 class Received(NamedTuple):
     rank: int
-    at: float  # time.monotonic() when it arrived
     events: list[Any] | None  # None: the poll raised ``error``
     error: BaseException | None = None
 
@@ -35,6 +34,8 @@ class EventReceiver:
         self._queue: queue.SimpleQueue[Received] = queue.SimpleQueue()
         self._most_queued = BATCHES_PER_RANK * len(workers)
         self._outstanding: dict[Any, int] = {}  # poll -> rank
+        self._asked: dict[int, float] = {}  # rank -> when its outstanding poll was sent
+        self._lock = threading.Lock()
         self._paused: list[int] = []  # ranks to poll again once the driver caught up
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="trainkit-receiver", daemon=True)
@@ -56,7 +57,17 @@ class EventReceiver:
         self._thread.join()
         return self.get(timeout=0), self._outstanding
 
+    def silent(self) -> dict[int, float]:
+        """Seconds each rank has left its outstanding poll unanswered (a live rank answers within
+        ``poll_s``). A rank the driver is not asking (finished, or paused while the driver catches
+        up on a backlog) is not silent."""
+        now = time.monotonic()
+        with self._lock:
+            return {rank: now - asked for rank, asked in self._asked.items()}
+
     def _poll(self, rank: int) -> None:
+        with self._lock:
+            self._asked[rank] = time.monotonic()
         self._outstanding[self._workers[rank].actor.poll.remote(self._poll_s)] = rank
 
     def _run(self) -> None:
@@ -78,11 +89,14 @@ class EventReceiver:
                 ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
             for ref in ready:
                 rank = self._outstanding.pop(ref)
+                with self._lock:
+                    del self._asked[rank]
                 try:
                     events = ray.get(ref)
                 except ray.exceptions.RayError as exc:  # dead, or an event that cannot be unpickled here
-                    self._queue.put(Received(rank, time.monotonic(), None, exc))
+                    self._queue.put(Received(rank, None, exc))
                     continue
-                self._queue.put(Received(rank, time.monotonic(), events))
+                if events:  # an empty answer says only that the rank is alive: silent() knows
+                    self._queue.put(Received(rank, events))
                 if not any(isinstance(event, Finished) for event in events):
                     self._paused.append(rank)
