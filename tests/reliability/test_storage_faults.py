@@ -183,16 +183,26 @@ def test_r15_disk_full_mid_metrics_line_then_rerun_reads_and_plots(ray_cluster, 
     assert list(frame["report_index"]) == sorted(set(frame["report_index"])) and png.stat().st_size > 0
 
 
-def test_r16_s3_metrics_log_appends_by_segments(s3_server):
+@pytest.mark.parametrize("per_flush", [1, 1000])
+def test_r16_s3_metrics_log_appends_by_segments(s3_server, per_flush):
+    """One report per flush (a driver keeping up) or all at once (a driver behind on a backlog):
+    each PUT rewrites one short segment, and a backlog costs one PUT per segment."""
     storage = RunStorage(s3_server["uri"], f"seg{uuid.uuid4().hex[:8]}")
     storage.preflight()
     log = MetricsLog(storage)
+    puts = []
+    write_text = storage.write_text
+    storage.write_text = lambda *args: (puts.append(args[0]), write_text(*args))  # counts, then writes
     n = 2 * SEGMENT_LINES + 50
     for i in range(n):
         log.append({"index": i, "attempt": 0, "time": 0.0, "checkpoint": None, "metrics": {"i": i}})
+        if (i + 1) % per_flush == 0:
+            log.flush()
+    log.flush()
     segments = storage.fs.get_file_info(pafs.FileSelector(storage.path(SEGMENTS)))
     lines = [storage.fs.open_input_stream(info.path).read().count(b"\n") for info in segments]
-    assert sorted(lines) == [50, SEGMENT_LINES, SEGMENT_LINES], lines  # each PUT rewrites one short segment
+    assert sorted(lines) == [50, SEGMENT_LINES, SEGMENT_LINES], lines
+    assert len(puts) == (n if per_flush == 1 else 3), len(puts)
     assert [r["index"] for r in read_metrics_log(storage.fs, storage.run_path)] == list(range(n))
 
 

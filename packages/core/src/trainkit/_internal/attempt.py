@@ -178,11 +178,12 @@ class AttemptRunner:
                 received = receiver.get(timeout=min(POLL_S, timeout_s))
                 if self.reports.validator:
                     self.reports.merge_validations()
-                for i, item in enumerate(received):
-                    if outcome.error is not None:
-                        unhandled = received[i:]
-                        break
-                    self._handle(item, outcome, running)
+                with self.reports.batch():
+                    for i, item in enumerate(received):
+                        if outcome.error is not None:
+                            unhandled = received[i:]
+                            break
+                        self._handle(item, outcome, running)
                 self._send_acks(group)
                 now = time.monotonic()
                 hung = sorted(r for r, seconds in receiver.silent().items() if r in running and seconds > timeout_s)
@@ -265,16 +266,18 @@ class AttemptRunner:
                 received.append(Received(pending[ref], ray.get(ref)))
             except ray.exceptions.RayError:
                 continue
-        for item in received:
-            for event in item.events or ():
-                if isinstance(event, Output):
-                    self._on_output(event)
-                elif isinstance(event, Report) and item.rank != failed:
-                    try:
-                        self._on_report(event)
-                    except Exception as exc:  # noqa: BLE001 - the original failure is the one to report
-                        self.display.note(f"could not commit report {event.index} after the failure: {exc}")
-                        return
+        index = None
+        try:
+            with self.reports.batch():
+                for item in received:
+                    for event in item.events or ():
+                        if isinstance(event, Output):
+                            self._on_output(event)
+                        elif isinstance(event, Report) and item.rank != failed:
+                            index = event.index
+                            self._on_report(event)
+        except Exception as exc:  # noqa: BLE001 - the original failure is the one to report
+            self.display.note(f"could not commit report {index} after the failure: {exc}")
 
     def _run_local(self) -> AttemptResult:
         self.reports.world_size = 1

@@ -171,6 +171,7 @@ class Controller:
         except Exception as exc:  # noqa: BLE001 - best effort: the next start sweeps again
             self.display.note(f"could not remove temporary files: {exc}")
         try:
+            self.metrics_log.flush()  # lines a failed write left
             state.save(storage)
         except StorageError as exc:
             if attempt.error is None:

@@ -26,25 +26,38 @@ SEGMENT_LINES = 200
 
 
 class MetricsLog:
-    """Appends reports to one run's log (one writer: the driver)."""
+    """Appends reports to one run's log (one writer: the driver). Lines wait in memory until
+    ``flush()``: on an object store the reports the driver handles together cost one PUT."""
 
     def __init__(self, storage: "RunStorage"):
         self.storage = storage
         self._segment: str | None = None  # object stores: the segment being filled, and its lines
         self._lines: list[str] = []
+        self._unwritten: list[tuple[int, str]] = []  # (index, line)
 
     def append(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record)
+        self._unwritten.append((int(record["index"]), json.dumps(record)))
+
+    def flush(self) -> None:
+        """Write what was appended; what a failed write left stays for the next flush."""
+        while self._unwritten:
+            self._unwritten = self._unwritten[self._write(self._unwritten):]
+
+    def _write(self, unwritten: list[tuple[int, str]]) -> int:
+        """Write the first of ``unwritten``: one line on a disk, what fits the open segment on an
+        object store. Returns how many were written."""
         if is_local(self.storage.fs):
             target = self.storage.path(METRICS)
-            with_retries("append", target, lambda: _append_local(target, line))
-            return
+            with_retries("append", target, lambda: _append_local(target, unwritten[0][1]))
+            return 1
         if self._segment is None or len(self._lines) >= SEGMENT_LINES:
-            self._segment, self._lines = posixpath.join(SEGMENTS, f"{int(record['index']):09d}.jsonl"), []
+            self._segment, self._lines = posixpath.join(SEGMENTS, f"{unwritten[0][0]:09d}.jsonl"), []
             folder = self.storage.path(SEGMENTS)  # some filesystems (HDFS, fsspec) need it to exist
             with_retries("create", folder, lambda: self.storage.fs.create_dir(folder, recursive=True))
-        self._lines.append(line)
-        self.storage.write_text(self._segment, "".join(f"{x}\n" for x in self._lines))
+        batch = [line for _, line in unwritten[:SEGMENT_LINES - len(self._lines)]]
+        self.storage.write_text(self._segment, "".join(f"{x}\n" for x in self._lines + batch))
+        self._lines += batch
+        return len(batch)
 
 
 def _append_local(target: str, line: str) -> None:

@@ -4,9 +4,10 @@ the ranks. One per ``fit()``; the attempt runner feeds it, the controller reads 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from trainkit._internal import faults
 from trainkit._internal import storage as storage_mod
@@ -47,12 +48,28 @@ class ReportLog:
         self._acks: dict[int, list] = {}
         self._warned_differing: set[str] = set()  # checkpoint files whose ranks' copies differed
         self._unsaved = False  # reports since run_state.json was last written
+        self._batching = False  # inside batch()
 
     def new_attempt(self) -> None:
         """Forget the last attempt's incomplete reports and unsent acknowledgements; pick the checkpoint to resume from."""
         self._pending.clear()
         self._acks.clear()
         self.select_resume_checkpoint()
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """The metrics lines of the reports consolidated inside are written together, at the end
+        (one PUT on an object store); a checkpoint's line is written at its commit."""
+        self._batching = True
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.metrics_log.flush()  # the lines before the error; the error is the one to report
+            raise
+        finally:
+            self._batching = False
+        self.metrics_log.flush()
 
     def take_acks(self) -> list[tuple[int, list]]:
         """The acknowledgements not sent yet: (rank, its list)."""
@@ -139,6 +156,8 @@ class ReportLog:
         state.last_metrics = metrics
         self.metrics_log.append(
             {"index": index, "attempt": state.attempt, "time": time.time(), "checkpoint": name, "metrics": metrics})
+        if checkpoint is not None or not self._batching:
+            self.metrics_log.flush()
         if checkpoint is not None:
             faults.point("before_state", index=index)
             # The restore source stays through this attempt's first commit (its ranks may still be
@@ -168,6 +187,7 @@ class ReportLog:
         if not self._unsaved or time.time() - self.state.updated < STATE_EVERY_S:
             return
         try:
+            self.metrics_log.flush()  # the log is never behind the state
             self.state.save(self.storage)
             self._unsaved = False
         except StorageError as exc:
