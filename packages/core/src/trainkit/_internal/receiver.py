@@ -38,11 +38,23 @@ class EventReceiver:
         self._lock = threading.Lock()
         self._paused: list[int] = []  # ranks to poll again once the driver caught up
         self._stopping = threading.Event()
+        self._failure: BaseException | None = None  # what ended the thread early, raised by get()
         self._thread = threading.Thread(target=self._run, name="trainkit-receiver", daemon=True)
         self._thread.start()
 
     def get(self, timeout: float) -> list[Received]:
         """What arrived: waits up to ``timeout`` s for the first, then takes all that are queued."""
+        if self._failure is not None and self._queue.empty():
+            raise RuntimeError(f"the driver stopped receiving the workers' events: {self._failure!r}") from self._failure
+        return self._take(timeout)
+
+    def stop(self) -> tuple[list[Received], dict[Any, int]]:
+        """Stop polling: what arrived and was not taken yet, and the polls still outstanding."""
+        self._stopping.set()
+        self._thread.join()
+        return self._take(timeout=0), self._outstanding
+
+    def _take(self, timeout: float) -> list[Received]:
         try:
             received = [self._queue.get(timeout=timeout)]
         except queue.Empty:
@@ -50,12 +62,6 @@ class EventReceiver:
         while not self._queue.empty():
             received.append(self._queue.get_nowait())
         return received
-
-    def stop(self) -> tuple[list[Received], dict[Any, int]]:
-        """Stop polling: what arrived and was not taken yet, and the polls still outstanding."""
-        self._stopping.set()
-        self._thread.join()
-        return self.get(timeout=0), self._outstanding
 
     def silent(self) -> dict[int, float]:
         """Seconds each rank has left its outstanding poll unanswered (a live rank answers within
@@ -71,6 +77,12 @@ class EventReceiver:
         self._outstanding[self._workers[rank].actor.poll.remote(self._poll_s)] = rank
 
     def _run(self) -> None:
+        try:
+            self._receive()
+        except BaseException as exc:  # noqa: BLE001 - handed to the driver's loop by get()
+            self._failure = exc
+
+    def _receive(self) -> None:
         import ray
 
         self._paused = list(range(len(self._workers)))
