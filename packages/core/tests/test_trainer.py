@@ -179,15 +179,17 @@ def test_a_killed_worker_is_named_with_its_last_output(ray_cluster, run_config):
     assert "attempt_0/rank_1.txt" in message
 
 
-class SlowTracker(trainkit.UserCallback):
-    """A tracking callback whose first log call takes 2 s (a slow tracking server): the driver is busy."""
-    def __init__(self, busy_marker):
-        self.busy_marker = busy_marker
+class StallsAtFirstReport(trainkit.UserCallback):
+    """A tracking callback whose first log call takes ``seconds`` (a slow tracking server): the
+    driver is busy. ``marker``: a file created as the stall begins."""
+    def __init__(self, seconds, marker=None):
+        self.seconds, self.marker = seconds, marker
 
     def after_report(self, run_context, metrics, checkpoint):
         if run_context.attempt == 0 and run_context.report_index == 0:
-            open(self.busy_marker, "w").close()
-            time.sleep(2)
+            if self.marker:
+                open(self.marker, "w").close()
+            time.sleep(self.seconds)
 
 
 def dies_while_the_driver_is_busy(config):
@@ -213,18 +215,11 @@ def test_what_a_rank_sent_before_it_died_reaches_the_driver_even_while_the_drive
     marker = str(tmp_path / "driver-busy")
     result = DataParallelTrainer(dies_while_the_driver_is_busy, train_loop_config={"busy_marker": marker},
                                  scaling_config=TWO, run_config=run_config(
-                                     failure_config=FailureConfig(max_failures=1), callbacks=[SlowTracker(marker)])).fit()
+                                     failure_config=FailureConfig(max_failures=1), callbacks=[StallsAtFirstReport(2, marker)])).fit()
     lines = [json.loads(line) for line in open(os.path.join(result.path, "metrics.jsonl"))]
     assert [(line["metrics"]["step"], line["attempt"]) for line in lines] == [(0, 0), (1, 0), (2, 1)]
     log = open(os.path.join(result.path, "logs", "attempt_0", "rank_1.txt")).read()
     assert "rank 1 finished step 0" in log and "rank 1 finished step 1" in log, log
-
-
-class StallsOnce(trainkit.UserCallback):
-    """The driver stalls 3 s (4 x worker_timeout_s below) while the ranks report as fast as they can."""
-    def after_report(self, run_context, metrics, checkpoint):
-        if run_context.report_index == 0:
-            time.sleep(3)
 
 
 def reports_fast(config):
@@ -234,9 +229,9 @@ def reports_fast(config):
 
 def test_a_driver_behind_on_a_backlog_does_not_call_live_ranks_hung(ray_cluster, run_config):
     """A rank is hung when it leaves the driver's poll unanswered, not when the driver has not yet
-    got round to what it sent: the stall and the backlog after it are longer than worker_timeout_s."""
+    got round to what it sent: the stall (4 x worker_timeout_s) and the backlog after it are longer."""
     result = DataParallelTrainer(reports_fast, scaling_config=TWO, run_config=run_config(
-        failure_config=FailureConfig(worker_timeout_s=0.75), callbacks=[StallsOnce()])).fit()
+        failure_config=FailureConfig(worker_timeout_s=0.75), callbacks=[StallsAtFirstReport(3)])).fit()
     assert result.error is None and result.metrics == {"i": 2999}
 
 

@@ -222,7 +222,7 @@ class AttemptRunner:
                                                  {item.rank: item.error}, rank=item.rank,
                                                  error_type=type(item.error).__name__)
             return
-        for event in item.events or ():
+        for event in item.events:
             if isinstance(event, Report):
                 self._on_report(event)
             elif isinstance(event, Output):
@@ -270,7 +270,7 @@ class AttemptRunner:
         try:
             with self.reports.batch():
                 for item in received:
-                    for event in item.events or ():
+                    for event in item.events:
                         if isinstance(event, Output):
                             self._on_output(event)
                         elif isinstance(event, Report) and item.rank != failed:

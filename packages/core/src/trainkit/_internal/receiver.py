@@ -14,7 +14,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 from trainkit._internal.events import Finished
 
@@ -24,8 +24,8 @@ BATCHES_PER_RANK = 4  # queued and not yet handled, before the polls stop
 
 class Received(NamedTuple):
     rank: int
-    events: list[Any] | None  # None: the poll raised ``error``
-    error: BaseException | None = None
+    events: Sequence[Any] = ()
+    error: BaseException | None = None  # the poll raised it (the rank died, say)
 
 
 class EventReceiver:
@@ -33,10 +33,9 @@ class EventReceiver:
         self._workers, self._poll_s = workers, poll_s
         self._queue: queue.SimpleQueue[Received] = queue.SimpleQueue()
         self._most_queued = BATCHES_PER_RANK * len(workers)
-        self._outstanding: dict[Any, int] = {}  # poll -> rank
-        self._asked: dict[int, float] = {}  # rank -> when its outstanding poll was sent
-        self._lock = threading.Lock()
-        self._paused: list[int] = []  # ranks to poll again once the driver caught up
+        self._outstanding: dict[Any, tuple[int, float]] = {}  # poll -> (rank, when it was sent)
+        self._lock = threading.Lock()  # over _outstanding, which silent() reads
+        self._paused = list(range(len(workers)))  # ranks to poll (again) once the driver caught up
         self._stopping = threading.Event()
         self._failure: BaseException | None = None  # what ended the thread early, raised by get()
         self._thread = threading.Thread(target=self._run, name="trainkit-receiver", daemon=True)
@@ -52,7 +51,7 @@ class EventReceiver:
         """Stop polling: what arrived and was not taken yet, and the polls still outstanding."""
         self._stopping.set()
         self._thread.join()
-        return self._take(timeout=0), self._outstanding
+        return self._take(timeout=0), {ref: rank for ref, (rank, _) in self._outstanding.items()}
 
     def _take(self, timeout: float) -> list[Received]:
         try:
@@ -69,12 +68,12 @@ class EventReceiver:
         up on a backlog) is not silent."""
         now = time.monotonic()
         with self._lock:
-            return {rank: now - asked for rank, asked in self._asked.items()}
+            return {rank: now - asked for rank, asked in self._outstanding.values()}
 
     def _poll(self, rank: int) -> None:
+        ref = self._workers[rank].actor.poll.remote(self._poll_s)
         with self._lock:
-            self._asked[rank] = time.monotonic()
-        self._outstanding[self._workers[rank].actor.poll.remote(self._poll_s)] = rank
+            self._outstanding[ref] = (rank, time.monotonic())
 
     def _run(self) -> None:
         try:
@@ -85,7 +84,6 @@ class EventReceiver:
     def _receive(self) -> None:
         import ray
 
-        self._paused = list(range(len(self._workers)))
         while not self._stopping.is_set():
             if self._paused and self._queue.qsize() < self._most_queued:
                 for rank in self._paused:
@@ -100,13 +98,12 @@ class EventReceiver:
             if ready and rest:
                 ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
             for ref in ready:
-                rank = self._outstanding.pop(ref)
                 with self._lock:
-                    del self._asked[rank]
+                    rank, _ = self._outstanding.pop(ref)
                 try:
                     events = ray.get(ref)
                 except ray.exceptions.RayError as exc:  # dead, or an event that cannot be unpickled here
-                    self._queue.put(Received(rank, None, exc))
+                    self._queue.put(Received(rank, error=exc))
                     continue
                 if events:  # an empty answer says only that the rank is alive: silent() knows
                     self._queue.put(Received(rank, events))
