@@ -24,3 +24,33 @@ def test_torchrun_script_runs_unchanged_and_restarts(tmp_path):
     assert state["status"] == "finished" and state["attempt"] == 1
     assert [(f["rank"], f["type"]) for f in state["failures"]] == [(1, "ScriptExitError")]
     assert (tmp_path / "out" / "model.pt").exists()
+
+
+RANK_0_ENDS_FIRST = """
+import time
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+dist.barrier()
+if dist.get_rank() == 1:
+    time.sleep(2)  # rank 0's process has ended by now
+    group = dist.new_group([1], use_local_synchronization=True)  # goes through the rendezvous store
+    dist.all_reduce(torch.ones(1), group=group)
+    print("rank 1 used the store after rank 0 ended")
+dist.destroy_process_group()
+"""
+
+
+def test_the_rendezvous_store_outlives_rank_0s_script_as_under_torchrun(tmp_path):
+    """torchrun's agent, not the script's rank 0, hosts the store (TORCHELASTIC_USE_AGENT_STORE): a rank
+    may use it after rank 0's process ended, and rank 0's exit never tears down a server under the others."""
+    script = tmp_path / "rank_0_ends_first.py"
+    script.write_text(RANK_0_ENDS_FIRST)
+    torchrun = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                               str(script)], capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert torchrun.returncode == 0, torchrun.stderr[-3000:]
+    out = subprocess.run([sys.executable, "-m", "trainkit.cli", "launch", "--nproc", "2", "--cpus-per-worker", "0.5",
+                          "--storage-path", str(tmp_path / "runs"), str(script)],
+                         capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    assert "(rank 1) rank 1 used the store after rank 0 ended" in out.stdout

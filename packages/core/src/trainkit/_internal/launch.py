@@ -2,7 +2,8 @@
 
 Each rank runs the script as a fresh ``python script.py args...`` subprocess of its worker, with the
 environment torchrun gives (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, NODE_RANK,
-MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT). A subprocess, not ``runpy`` in the worker:
+MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_USE_AGENT_STORE: the store is
+rank 0's worker's, as torchrun's agent's). A subprocess, not ``runpy`` in the worker:
 the script gets a main thread (signal handlers), its own ``__main__`` (multiprocessing's spawn
 re-imports it), ``sys.exit``/``os._exit`` codes and fd-level output (C extensions, child processes)
 exactly as under torchrun, and module-level state never leaks from one attempt into the next.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import codecs
+import importlib.util
 import os
 import subprocess
 import sys
@@ -77,6 +79,9 @@ def run_script(config: dict[str, Any]) -> None:
     context = session.context
     env = {**os.environ, **torchrun_env(context)}
     cwd = config["cwd"] if os.path.isdir(config["cwd"]) else os.path.dirname(config["script"])
+    agent_store = importlib.util.find_spec("torch") is not None
+    if agent_store:
+        env["TORCHELASTIC_USE_AGENT_STORE"] = "True"
     with _Bridge(session) as bridge:
         env[ADDRESS_ENV] = bridge.address
         proc = subprocess.Popen([sys.executable, config["script"], *config["args"]], cwd=cwd, env=env,
@@ -86,11 +91,34 @@ def run_script(config: dict[str, Any]) -> None:
                  for pipe, stream in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))]
         for pump in pumps:
             pump.start()
+        if agent_store and context.world_rank == 0:
+            _host_store(env, proc)
         returncode = proc.wait()
         for pump in pumps:  # a process the script left running may hold its pipes open
             pump.join(timeout=5)
     if returncode != 0:
         raise ScriptExitError(os.path.basename(config["script"]), returncode)
+
+
+_agent_store: Any = None  # rank 0's worker keeps its attempt's store until the worker ends
+
+
+def _host_store(env: dict[str, str], proc: subprocess.Popen) -> None:
+    """Host the rendezvous store as torchrun's agent does (``TORCHELASTIC_USE_AGENT_STORE``): in rank 0's
+    worker, up until the worker ends, not in the script's rank 0, whose exit took it from under ranks
+    still using it. The scripts' clients retry until it listens; one store per attempt (each
+    rendezvous has its own port). The script is killed when the store cannot start."""
+    global _agent_store
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    try:
+        _agent_store = TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=True,
+                                wait_for_workers=False, multi_tenant=True, timeout=timedelta(minutes=30))
+    except Exception:
+        proc.kill()
+        raise
 
 
 def _die_with_parent() -> None:
