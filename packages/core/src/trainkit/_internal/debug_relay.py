@@ -1,0 +1,126 @@
+"""The driver's end of the ranks' ``breakpoint()`` (the ranks' end: ``debugger``).
+
+``DebugRelay.env`` is what the workers get: ``PYTHONBREAKPOINT`` naming trainkit's hook and, when
+the driver's stdin is a terminal, the address and key of a listener on the driver's node address.
+The relay serves one session at a time: a rank connects, the display hands the terminal over
+(status line stopped, the run's other output held), the rank's pdb output is written to the
+terminal and the lines typed there go back, until the rank's session ends; then the next waiting
+rank's begins. A ``PYTHONBREAKPOINT`` the user set in the driver's environment goes to the workers
+instead (``0`` turns ``breakpoint()`` off, another value names another debugger).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import sys
+import threading
+from multiprocessing.connection import AuthenticationError, Connection, answer_challenge, deliver_challenge, wait
+from typing import Any
+
+from trainkit._internal.debugger import ADDRESS_ENV, HOOK, KEY_ENV, RAYS_HOOKS
+
+
+def users_hook() -> str | None:
+    """The driver's own ``PYTHONBREAKPOINT``, unless unset, empty or Ray's (``ray.init()`` sets it)."""
+    value = os.environ.get("PYTHONBREAKPOINT")
+    return value if value and value not in RAYS_HOOKS else None
+
+
+def _stdin_is_a_terminal() -> bool:
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (ValueError, OSError):  # closed, or replaced by an object without a file
+        return False
+
+
+class DebugRelay:
+    def __init__(self, display: Any, users_hook: str | None):
+        self._display = display
+        self.sessions = 0  # begun so far
+        self.in_session = False
+        self._seen = 0  # sessions as of the last ``debugged()``
+        self._socket: socket.socket | None = None
+        if users_hook is not None:
+            self.env = {"PYTHONBREAKPOINT": users_hook}
+            return
+        self.env = {"PYTHONBREAKPOINT": HOOK, ADDRESS_ENV: ""}
+        if not _stdin_is_a_terminal():
+            return
+        import ray
+
+        self._key = secrets.token_bytes(32)
+        self._socket = socket.create_server((ray.util.get_node_ip_address(), 0), backlog=128)
+        host, port = self._socket.getsockname()[:2]
+        self.env.update({ADDRESS_ENV: f"{host}:{port}", KEY_ENV: self._key.hex()})
+        self._stop_r, self._stop_w = os.pipe()
+        self._thread = threading.Thread(target=self._serve, name="trainkit-debug-relay", daemon=True)
+        self._thread.start()
+
+    def debugged(self) -> bool:
+        """True while a session is open, and once after sessions ended: the ranks' progress clocks
+        stood still meanwhile (the rank in the debugger, and its peers waiting for it)."""
+        sessions = self.sessions
+        debugged = self.in_session or sessions != self._seen
+        self._seen = sessions
+        return debugged
+
+    def close(self) -> None:
+        """End an open session (its rank continues) and stop listening (waiting ranks continue)."""
+        if self._socket is None:
+            return
+        os.write(self._stop_w, b"x")
+        self._thread.join()
+        self._socket.close()
+        os.close(self._stop_r)
+        os.close(self._stop_w)
+        self._socket = None
+
+    # -- the relay's thread ----------------------------------------------------------------------
+    def _serve(self) -> None:
+        while self._socket in wait([self._socket, self._stop_r]):
+            sock, _ = self._socket.accept()
+            conn = Connection(sock.detach())
+            try:
+                deliver_challenge(conn, self._key)  # the order of multiprocessing's Listener.accept()
+                answer_challenge(conn, self._key)
+                rank = conn.recv()
+            except (AuthenticationError, EOFError, OSError):
+                conn.close()
+                continue
+            with conn:
+                self._session(conn, rank)
+
+    def _session(self, conn: Connection, rank: str) -> None:
+        self.in_session = True
+        self.sessions += 1
+        try:
+            with self._display.handed_over():
+                _write(f"trainkit: {rank} stopped at breakpoint(); the other ranks wait. 'c' continues\n")
+                self._relay(conn)
+        finally:
+            self.in_session = False
+
+    def _relay(self, conn: Connection) -> None:
+        try:
+            while self._wait(conn) == "rank":
+                message = conn.recv()
+                if message[0] == "out":
+                    _write(message[1])
+                elif message[0] == "readline":
+                    if self._wait(conn, sys.stdin.fileno()) != "terminal":
+                        return  # the rank ended (its worker stopped) or the relay closes
+                    conn.send(os.read(sys.stdin.fileno(), 65536).decode(errors="replace"))
+        except (EOFError, OSError):  # the rank's process ended
+            return
+
+    def _wait(self, conn: Connection, terminal: int | None = None) -> str:
+        """Which is ready first: "stop" (the relay closes), "rank" or "terminal"."""
+        ready = wait([self._stop_r, conn, *([terminal] if terminal is not None else [])])
+        return "stop" if self._stop_r in ready else "rank" if conn in ready else "terminal"
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
