@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -24,8 +25,9 @@ FIT = textwrap.dedent('''
         trainkit.report({"rank": rank, "seen": some_local})
 
     RANKS = [int(r) for r in sys.argv[3].split(",")]
+    workers = int(sys.argv[4]) if len(sys.argv) > 4 else 2  # 0: local mode, in this process
     result = trainkit.DataParallelTrainer(
-        train, scaling_config=trainkit.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+        train, scaling_config=trainkit.ScalingConfig(num_workers=workers, resources_per_worker={"CPU": 0.5}),
         run_config=trainkit.RunConfig(name=sys.argv[2], storage_path=sys.argv[1],
                                       failure_config=trainkit.FailureConfig(progress_timeout_s=10))).fit()
     print("FIT-DONE", result.error)
@@ -54,8 +56,9 @@ class Terminal:
 
     def expect(self, pattern):
         pattern = re.compile(re.escape(pattern.encode()) if isinstance(pattern, str) else pattern)
+        give_up = time.monotonic() + 240  # a guard against a hang (the status line ticks on), not a wait
         while not (match := pattern.search(self.seen, self._unread)):
-            ready, _, _ = select.select([self.master], [], [], 600)  # a guard against a hang, not a wait
+            ready, _, _ = select.select([self.master], [], [], max(0, give_up - time.monotonic()))
             try:
                 chunk = os.read(self.master, 65536) if ready else b""
             except OSError:  # EIO: every process holding the pty's other end exited
@@ -114,6 +117,19 @@ def test_breakpoint_in_two_ranks_of_fit_opens_pdb_in_the_drivers_terminal_one_ra
     assert term.proc.wait() == 0
     state = json.loads((tmp_path / "fit" / "run_state.json").read_text())
     assert state["status"] == "finished" and state["last_metrics"] == {"rank": 0, "seen": "value-of-rank-0"}
+
+
+def test_breakpoint_in_local_mode_opens_pdb_with_the_display_handed_over(tmp_path, terminal):
+    script = tmp_path / "fit.py"
+    script.write_text(FIT)
+    term = terminal(str(script), str(tmp_path), "local", "0", "0")
+    term.expect("(Pdb rank 0) ")
+    term.send("p some_local")
+    term.expect("'value-of-rank-0'")
+    term.expect("(Pdb rank 0) ")
+    term.send("c")
+    term.expect("FIT-DONE None")
+    assert term.proc.wait() == 0
 
 
 def test_breakpoint_in_a_launched_script_opens_pdb_in_the_launchers_terminal(tmp_path, terminal):

@@ -4,6 +4,7 @@ Reports go to the run's ``ReportLog``; the controller decides what follows the `
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import time
@@ -77,7 +78,7 @@ class AttemptRunner:
         self.logs = logs
         self.plugins = plugins
         self.ray_start_s = ray_start_s  # this fit's, shown in its first attempt's profile
-        self.debug_relay = debug_relay  # the ranks' breakpoint() (None in local mode)
+        self.debug_relay = debug_relay  # the ranks' breakpoint()
         self._start_marks: dict[str, float] = {}  # the attempt's, until its first report
         self._import_s: list[float] = []
         self._tails: dict[int, deque[str]] = {}  # each rank's last lines of output, this attempt
@@ -302,7 +303,7 @@ class AttemptRunner:
         try:
             backend.on_local_start(self.backend_config)
             try:
-                with self.backend_config.train_fn_context():
+                with self.backend_config.train_fn_context(), self._local_breakpoints():
                     outcome.return_value = call_train_fn(self.train_fn, self.train_loop_config)
                 session.finish()
             finally:
@@ -319,6 +320,9 @@ class AttemptRunner:
             set_session(None)
             self.reports.local_session = None
         return outcome
+
+    def _local_breakpoints(self) -> Any:
+        return self.debug_relay.in_this_process() if self.debug_relay else contextlib.nullcontext()
 
     def _record_start_profile(self) -> None:
         ray_start_s = self.ray_start_s if self.state.attempt == self._first_attempt else None

@@ -68,16 +68,16 @@ class Controller:
         lock = RunLock(storage)
         lock.acquire()
         try:
+            breakpoints = users_hook()  # read before ray.init() sets Ray's own in this process
             if not self.scaling.local_mode:
                 from trainkit._internal.ray_runtime import check_can_ever_place, ensure_ray
 
                 begin = time.monotonic()
-                breakpoints = users_hook()  # read before ray.init() sets Ray's own in this process
                 ensure_ray()
                 check_can_ever_place(self.scaling)
                 self._ray_start_s = time.monotonic() - begin
                 check_enclosing_reservation(self.scaling.min_workers, self.scaling.worker_resources)
-                self.debug_relay = DebugRelay(self.display, breakpoints)
+            self.debug_relay = DebugRelay(self.display, breakpoints, serve=not self.scaling.local_mode)
             self._prepare_state()
             return self._run_attempts(self._attempt_runner())
         except KeyboardInterrupt:

@@ -11,15 +11,17 @@ instead (``0`` turns ``breakpoint()`` off, another value names another debugger)
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import secrets
 import socket
 import sys
 import threading
 from multiprocessing.connection import AuthenticationError, Connection, answer_challenge, deliver_challenge, wait
-from typing import Any
+from typing import Any, Iterator
 
-from trainkit._internal.debugger import ADDRESS_ENV, HOOK, KEY_ENV, RAYS_HOOKS
+from trainkit._internal.debugger import ADDRESS_ENV, HOOK, KEY_ENV, RAYS_HOOKS, RankPdb, warn_no_terminal
 
 
 def users_hook() -> str | None:
@@ -35,9 +37,39 @@ def _stdin_is_a_terminal() -> bool:
         return False
 
 
-class DebugRelay:
-    def __init__(self, display: Any, users_hook: str | None):
+def _local_hook(display: Any, *args: Any, **kwargs: Any) -> None:
+    """``sys.breakpointhook`` while a local-mode training function runs in this process."""
+    if not _stdin_is_a_terminal():
+        warn_no_terminal(stacklevel=3)
+        return
+    session = _HandedOver(display)
+    session.begin()  # first: pdb takes the streams the display's status line no longer redirects
+    RankPdb(session).set_trace(sys._getframe(1))
+
+
+class _HandedOver:
+    """A local pdb's session: the display hands the terminal over from a stop until continue or quit."""
+
+    def __init__(self, display: Any):
         self._display = display
+        self._handed_over: Any = None
+
+    def begin(self) -> bool:
+        if self._handed_over is None:
+            self._handed_over = self._display.handed_over()
+            self._handed_over.__enter__()
+        return True
+
+    def end(self) -> None:
+        if self._handed_over is not None:
+            handed_over, self._handed_over = self._handed_over, None
+            handed_over.__exit__(None, None, None)
+
+
+class DebugRelay:
+    def __init__(self, display: Any, users_hook: str | None, serve: bool = True):
+        """``serve``: listen for the workers' sessions (not in local mode)."""
+        self._display, self._users_hook = display, users_hook
         self.sessions = 0  # begun so far
         self.in_session = False
         self._seen = 0  # sessions as of the last ``debugged()``
@@ -46,7 +78,7 @@ class DebugRelay:
             self.env = {"PYTHONBREAKPOINT": users_hook}
             return
         self.env = {"PYTHONBREAKPOINT": HOOK, ADDRESS_ENV: ""}
-        if not _stdin_is_a_terminal():
+        if not serve or not _stdin_is_a_terminal():
             return
         import ray
 
@@ -57,6 +89,19 @@ class DebugRelay:
         self._stop_r, self._stop_w = os.pipe()
         self._thread = threading.Thread(target=self._serve, name="trainkit-debug-relay", daemon=True)
         self._thread.start()
+
+    @contextlib.contextmanager
+    def in_this_process(self) -> Iterator[None]:
+        """Local mode: the training function runs here; its ``breakpoint()`` opens pdb in this
+        terminal, handed over by the display as for a rank's session (unless the user set their own)."""
+        if self._users_hook is not None:
+            yield
+            return
+        previous, sys.breakpointhook = sys.breakpointhook, functools.partial(_local_hook, self._display)
+        try:
+            yield
+        finally:
+            sys.breakpointhook = previous
 
     def debugged(self) -> bool:
         """True while a session is open, and once after sessions ended: the ranks' progress clocks

@@ -28,21 +28,26 @@ RAYS_HOOKS = ("ray.util.rpdb.set_trace", "ray.util.rpdb._driver_set_trace")  # w
 
 
 def rank_name() -> str:
-    return f"rank {os.environ.get('TRAINKIT_RANK', '?')}"
+    return f"rank {os.environ.get('TRAINKIT_RANK', '0')}"
 
 
 def breakpoint_hook(*args: Any, **kwargs: Any) -> None:
     """``sys.breakpointhook`` of a rank (arguments, as pdb's ``set_trace``, are ignored)."""
     address = os.environ.get(ADDRESS_ENV)
     if not address:
-        from trainkit._internal.display import warn
-
-        warn(f"breakpoint() in {rank_name()} ignored: the run's driver has no terminal (its stdin is not a tty) "
-             "to open pdb in. Start the run from a terminal to debug it, or set PYTHONBREAKPOINT=0 in the "
-             "driver's environment to silence this", stacklevel=2)
+        warn_no_terminal(stacklevel=3)
         return
     host, port = address.rsplit(":", 1)
-    RankPdb(Session((host, int(port)), bytes.fromhex(os.environ[KEY_ENV]))).set_trace(sys._getframe(1))
+    session = Session((host, int(port)), bytes.fromhex(os.environ[KEY_ENV]))
+    RankPdb(session, stdin=session, stdout=session).set_trace(sys._getframe(1))
+
+
+def warn_no_terminal(stacklevel: int) -> None:
+    from trainkit._internal.display import warn
+
+    warn(f"breakpoint() in {rank_name()} ignored: the run's driver has no terminal (its stdin is not a tty) "
+         "to open pdb in. Start the run from a terminal to debug it, or set PYTHONBREAKPOINT=0 in the "
+         "driver's environment to silence this", stacklevel=stacklevel)
 
 
 class Session(io.TextIOBase):
@@ -106,10 +111,11 @@ class Session(io.TextIOBase):
 
 
 class RankPdb(pdb.Pdb):
-    """pdb over a ``Session``, its prompt naming the rank."""
+    """pdb whose stops take place in ``session`` (``begin()``, then ``end()`` at continue or quit),
+    its prompt naming the rank."""
 
-    def __init__(self, session: Session):
-        super().__init__(stdin=session, stdout=session, nosigint=True)
+    def __init__(self, session: Any, stdin: Any = None, stdout: Any = None):
+        super().__init__(stdin=stdin, stdout=stdout, nosigint=True)
         self.prompt = f"(Pdb {rank_name()}) "
         self._session = session
 
