@@ -31,6 +31,9 @@ FIT = textwrap.dedent('''
         run_config=trainkit.RunConfig(name=sys.argv[2], storage_path=sys.argv[1],
                                       failure_config=trainkit.FailureConfig(progress_timeout_s=10))).fit()
     print("FIT-DONE", result.error)
+    if sys.stdin.isatty():
+        breakpoint()  # the driver's own: plain pdb, not Ray's debugger that starting Ray set up
+        print("DRIVER-DONE")
 ''')
 
 LAUNCHED = textwrap.dedent('''
@@ -114,6 +117,9 @@ def test_breakpoint_in_two_ranks_of_fit_opens_pdb_in_the_drivers_terminal_one_ra
     term.expect(f"'value-of-rank-{second}'")
     term.send("c")
     term.expect("FIT-DONE None")
+    term.expect("(Pdb) ")
+    term.send("c")
+    term.expect("DRIVER-DONE")
     assert term.proc.wait() == 0
     state = json.loads((tmp_path / "fit" / "run_state.json").read_text())
     assert state["status"] == "finished" and state["last_metrics"] == {"rank": 0, "seen": "value-of-rank-0"}
@@ -129,6 +135,9 @@ def test_breakpoint_in_local_mode_opens_pdb_with_the_display_handed_over(tmp_pat
     term.expect("(Pdb rank 0) ")
     term.send("c")
     term.expect("FIT-DONE None")
+    term.expect("(Pdb) ")
+    term.send("c")
+    term.expect("DRIVER-DONE")
     assert term.proc.wait() == 0
 
 

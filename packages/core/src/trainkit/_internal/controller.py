@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from trainkit._internal import storage as storage_mod
 from trainkit._internal.attempt import AttemptResult, AttemptRunner
-from trainkit._internal.debug_relay import DebugRelay, users_hook
+from trainkit._internal.debug_relay import DebugRelay, ray_init_keeps_breakpoints, users_hook
 from trainkit._internal.display import Display
 from trainkit._internal.failure_policy import Decision, FailurePolicy, Outcome
 from trainkit._internal.lock import RunLock
@@ -68,12 +68,13 @@ class Controller:
         lock = RunLock(storage)
         lock.acquire()
         try:
-            breakpoints = users_hook()  # read before ray.init() sets Ray's own in this process
+            breakpoints = users_hook()
             if not self.scaling.local_mode:
                 from trainkit._internal.ray_runtime import check_can_ever_place, ensure_ray
 
                 begin = time.monotonic()
-                ensure_ray()
+                with ray_init_keeps_breakpoints():
+                    ensure_ray()
                 check_can_ever_place(self.scaling)
                 self._ray_start_s = time.monotonic() - begin
                 check_enclosing_reservation(self.scaling.min_workers, self.scaling.worker_resources)

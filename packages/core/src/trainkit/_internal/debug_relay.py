@@ -30,6 +30,20 @@ def users_hook() -> str | None:
     return value if value and value not in RAYS_HOOKS else None
 
 
+@contextlib.contextmanager
+def ray_init_keeps_breakpoints() -> Iterator[None]:
+    """``ray.init()`` points this process's ``PYTHONBREAKPOINT`` at Ray's debugger (debugpy, which
+    fails where it is not installed): the driver's own ``breakpoint()`` keeps what it had."""
+    before = os.environ.get("PYTHONBREAKPOINT")
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONBREAKPOINT", None)
+        else:
+            os.environ["PYTHONBREAKPOINT"] = before
+
+
 def _stdin_is_a_terminal() -> bool:
     try:
         return sys.stdin is not None and sys.stdin.isatty()
@@ -125,7 +139,10 @@ class DebugRelay:
     # -- the relay's thread ----------------------------------------------------------------------
     def _serve(self) -> None:
         while self._socket in wait([self._socket, self._stop_r]):
-            sock, _ = self._socket.accept()
+            try:
+                sock, _ = self._socket.accept()
+            except OSError:  # e.g. the connection was reset before it was accepted
+                continue
             conn = Connection(sock.detach())
             try:
                 deliver_challenge(conn, self._key)  # the order of multiprocessing's Listener.accept()
