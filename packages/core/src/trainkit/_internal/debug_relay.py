@@ -97,7 +97,9 @@ class DebugRelay:
         import ray
 
         self._key = secrets.token_bytes(32)
-        self._socket = socket.create_server((ray.util.get_node_ip_address(), 0), backlog=128)
+        host = ray.util.get_node_ip_address()
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._socket = socket.create_server((host, 0), family=family, backlog=128)
         host, port = self._socket.getsockname()[:2]
         self.env.update({ADDRESS_ENV: f"{host}:{port}", KEY_ENV: self._key.hex()})
         self._stop_r, self._stop_w = os.pipe()

@@ -17,8 +17,9 @@ from __future__ import annotations
 import io
 import os
 import pdb
+import socket
 import sys
-from multiprocessing.connection import Client
+from multiprocessing.connection import AuthenticationError, Connection, answer_challenge, deliver_challenge
 from typing import Any
 
 HOOK = "trainkit._internal.debugger.breakpoint_hook"
@@ -65,9 +66,13 @@ class Session(io.TextIOBase):
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # what the rank printed before the stop goes first
         try:
-            self._conn = Client(self._address, authkey=self._key)
+            self._conn = Connection(socket.create_connection(self._address).detach())
+            answer_challenge(self._conn, self._key)  # the order of multiprocessing's Client()
+            deliver_challenge(self._conn, self._key)
             self._conn.send(rank_name())
-        except (OSError, EOFError):
+        except (OSError, EOFError, AuthenticationError):
+            if self._conn is not None:
+                self._conn.close()
             self._conn = None
             return False
         self._streams = sys.stdin, sys.stdout, sys.stderr
