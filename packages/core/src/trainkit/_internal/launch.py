@@ -137,9 +137,10 @@ class _Forwarder:
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.received.append(signum)
-        if self._group is None:
+        if self._group is not None:
+            self._signals.put(signum)
+        elif len(self.received) == 1:  # later ones come while the run ends already
             raise KeyboardInterrupt
-        self._signals.put(signum)
 
     def _send(self) -> None:
         while True:
