@@ -234,3 +234,39 @@ def test_without_pythonbreakpoint_set_rays_debugger_does_not_reach_the_script(tm
     assert out.returncode == 0, out.stderr[-3000:]
     seen = json.loads((tmp_path / "env.json").read_text())
     assert "PYTHONBREAKPOINT" not in seen and seen["TORCHELASTIC_MAX_RESTARTS"] == "0"
+
+
+REPORTS_ON_SIGTERM = textwrap.dedent('''
+    import os, signal, sys, tempfile, time
+    import trainkit
+    out, rank = sys.argv[1], os.environ["RANK"]
+
+    def on_term(signum, frame):  # the preemption pattern: checkpoint, then exit
+        with tempfile.TemporaryDirectory() as tmp:
+            open(os.path.join(tmp, "step"), "w").write("41")
+            trainkit.report({"step": 41}, checkpoint=trainkit.Checkpoint.from_directory(tmp))
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
+    open(os.path.join(out, f"ready_{rank}"), "w").close()
+    while True:
+        time.sleep(0.05)
+''')
+
+
+def test_a_checkpoint_reported_in_the_sigterm_handler_is_committed_and_the_run_resumes_from_it(tmp_path):
+    script = tmp_path / "preempted.py"
+    script.write_text(REPORTS_ON_SIGTERM)
+    proc = start(launchers(tmp_path, script)["trainkit"] + [str(tmp_path)], tmp_path)
+    try:
+        wait_for([tmp_path / f"ready_{r}" for r in (0, 1)], proc, "the ranks were ready")
+        proc.send_signal(signal.SIGTERM)
+        _, err, _ = ended(proc, [])
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signal.SIGTERM, err[-4000:]
+    [run] = os.listdir(tmp_path / "runs")
+    state = json.loads((tmp_path / "runs" / run / "run_state.json").read_text())
+    assert state["status"] == "interrupted" and state["last_metrics"] == {"step": 41}, state
+    assert (tmp_path / "runs" / run / state["latest_checkpoint"] / "step").read_text() == "41"
