@@ -42,8 +42,6 @@ from typing import Any
 from trainkit.backend import Backend, BackendConfig
 
 ADDRESS_ENV = "TRAINKIT_LAUNCH_ADDRESS"
-
-
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torchrun's --signals-to-handle
 DEFAULT_SHUTDOWN_TIMEOUT_S = 30  # torchrun's --shutdown-timeout (TORCH_ELASTIC_SHUTDOWN_TIMEOUT)
 
@@ -75,7 +73,7 @@ def _error_message(error: dict) -> str | None:
     """The one line torchrun's failure summary shows of an error file (``{"message": {"message": ...}}``)."""
     message = error.get("message")
     message = message.get("message") if isinstance(message, dict) else message
-    return str(message).strip().splitlines()[-1] if message else None
+    return str(message).strip().splitlines()[0] if message and str(message).strip() else None
 
 
 @dataclass
@@ -129,7 +127,7 @@ class _Forwarder:
         self._group, self._config = group, config
         if threading.current_thread() is not threading.main_thread():
             return  # signal handlers are the main thread's (``trainkit launch`` runs fit() there)
-        for name in config.signals:  # after ray.init: Ray's C++ handler (a stack dump) would come first
+        for name in config.signals:  # after ray.init, whose own SIGTERM handler exits at once
             signal.signal(getattr(signal, name), self._on_signal)
         if self._thread is None:
             self._thread = threading.Thread(target=self._send, name="trainkit-launch-signals", daemon=True)
