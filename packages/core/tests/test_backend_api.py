@@ -143,3 +143,32 @@ def test_lazy_exports_import_on_first_use(monkeypatch):
     assert package.__dict__["rgb_to_hsv"] is rgb_to_hsv  # kept: the next use is a plain attribute
     with pytest.raises(AttributeError, match="module 'author_pkg' has no attribute 'other'"):
         package.other
+
+
+class _AbortBackend(Backend):
+    def on_abort(self, worker_group, backend_config):  # the workers are still up: they answer
+        seen.setdefault("aborted", []).append(worker_group.execute(_env, "TRAINKIT_RANK"))
+
+    def on_shutdown(self, worker_group, backend_config):
+        seen.setdefault("shut_down", []).append(len(worker_group))
+
+
+@dataclass
+class AbortConfig(BackendConfig):
+    @property
+    def backend_cls(self):
+        return _AbortBackend
+
+
+def _fail_in_the_first_attempt():
+    if trainkit.get_context().get_attempt() == 0:
+        raise RuntimeError("first attempt fails")
+
+
+def test_on_abort_runs_before_a_failed_attempts_workers_are_killed_and_never_after_a_whole_one(ray_cluster, run_config):
+    seen.pop("aborted", None), seen.pop("shut_down", None)
+    DataParallelTrainer(_fail_in_the_first_attempt, backend_config=AbortConfig(),
+                        scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+                        run_config=run_config(failure_config=trainkit.FailureConfig(max_failures=1))).fit()
+    assert seen["aborted"] == [[{"TRAINKIT_RANK": "0"}, {"TRAINKIT_RANK": "1"}]]  # attempt 0 only
+    assert seen["shut_down"] == [2]  # attempt 1 only

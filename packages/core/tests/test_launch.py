@@ -2,6 +2,7 @@
 workers, run as the real command."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -87,3 +88,14 @@ def test_launch_bad_arguments_fail_before_starting(tmp_path):
     out = subprocess.run([sys.executable, "-m", "trainkit.cli", "launch", str(tmp_path / "missing.py")],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "is not a file" in out.stderr
+    script = tmp_path / "train.py"
+    script.write_text("")
+    for flags, message in ((["--signals-to-handle", "SIGTERM,SIGFOO,SIGKILL"], "--signals-to-handle SIGFOO,SIGKILL: "
+                             "expected signal names a process can catch"),
+                           (["--shutdown-timeout", "-1"], "--shutdown-timeout -1.0: expected 0 or more seconds")):
+        out = subprocess.run([sys.executable, "-m", "trainkit.cli", "launch", *flags, str(script)],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and message in out.stderr, out.stderr
+    out = subprocess.run([sys.executable, "-m", "trainkit.cli", "launch", str(script)], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "soon"})
+    assert out.returncode == 2 and "--shutdown-timeout 'soon': expected a number of seconds" in out.stderr

@@ -173,3 +173,26 @@ def test_cli_prints_a_diff_writes_with_write_and_exit_status_says_what_was_left(
                                                   "no NCCLHangError)"}]}
     assert main(["migrate", str(tmp_path / "missing.py")]) == 2
     assert "no such file or directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("source", [
+    "import ray\nconfig = ray.train.DataConfig()\nimport ray.util\n",
+    "import ray\ndef f():\n    return ray.train.DataConfig()\nimport ray\nf()\n",
+    "def f():\n    import ray\n    config = ray.train.DataConfig()\n    import ray.util\n    return config\nf()\n",
+    '"""A docstring."""\nfrom __future__ import annotations\nimport ray.util\n'
+    "x = ray.train.ScalingConfig(num_workers=2)\nimport ray\ny = ray.train.RunConfig()\n",
+    "from ray import train\nx = train.ScalingConfig(num_workers=2)\nfrom ray import train\n",
+    "def f():\n    import ray.train\n    return ray.train.RunConfig()\nimport ray\nx = ray.train.RunConfig()\n",
+], ids=["later-import-ray-util", "use-in-a-function-then-import", "function-local", "future-and-docstring",
+        "from-ray-import-train-twice", "a-function-imports-it-first"])
+def test_every_name_it_introduces_is_bound_before_its_first_use(source):
+    """The trainkit modules a use needs are imported with the first import that binds the name it goes
+    through (in that scope), not after a later one: the migrated file runs."""
+    exec(compile(migrated(source), "<migrated>", "exec"), {"__name__": "migrated"})
+
+
+def test_a_needed_module_follows_the_first_import_of_its_scope():
+    assert migrated("import ray\nconfig = ray.train.DataConfig()\nimport ray.util\n") == \
+        "import ray\nimport trainkit\nconfig = trainkit.DataConfig()\nimport ray.util\n"
+    assert migrated("def f():\n    import ray\n    config = ray.train.DataConfig()\n    import ray.util\n") == \
+        "def f():\n    import ray\n    import trainkit\n    config = trainkit.DataConfig()\n    import ray.util\n"

@@ -120,6 +120,11 @@ class Backend:
     def on_shutdown(self, worker_group: "WorkerGroup", backend_config: "BackendConfig") -> None:
         """The training function ended on every worker; release what ``on_start`` set up."""
 
+    def on_abort(self, worker_group: "WorkerGroup", backend_config: "BackendConfig") -> None:
+        """The attempt ends before the training function ended on every worker (a rank failed or
+        hung, the driver was interrupted, an elastic resize): the workers are killed once this
+        returns. Stop gracefully what must not die by SIGKILL, e.g. processes the workers started."""
+
     def on_local_start(self, backend_config: "BackendConfig") -> None:
         """Local mode (``num_workers=0``): set up in the driver process, e.g. join an outer launcher."""
 

@@ -118,6 +118,7 @@ class AttemptRunner:
         backend = self.backend_config.backend_cls()
         outcome = AttemptResult()
         group = None
+        ended_whole = False  # the training function ended on every worker
         marks = {"begin": time.monotonic()}
         self._start_marks, self._import_s, self._tails = {}, [], {}
         try:
@@ -143,6 +144,7 @@ class AttemptRunner:
             self.display.update(workers=num_workers)
             outcome = self._watch(group)
             if outcome.error is None and outcome.resize_to is None:
+                ended_whole = True
                 try:
                     backend.on_shutdown(group, self.backend_config)
                 except Exception as exc:  # noqa: BLE001 - training finished; a teardown error is no reason to rerun
@@ -156,12 +158,22 @@ class AttemptRunner:
                 outcome.error.__cause__ = exc
         finally:
             if group is not None:
-                group.shutdown(graceful=outcome.error is None and outcome.resize_to is None)
+                try:
+                    if not ended_whole:
+                        self._abort(backend, group)
+                finally:
+                    group.shutdown(graceful=outcome.error is None and outcome.resize_to is None)
             try:
                 self.logs.end_attempt()
             except Exception as exc:  # noqa: BLE001 - the workers' logs are no reason to fail the run
                 self.display.note(f"could not store the workers' logs of attempt {self.state.attempt}: {exc}")
         return outcome
+
+    def _abort(self, backend: Any, group: Any) -> None:
+        try:
+            backend.on_abort(group, self.backend_config)
+        except Exception as exc:  # noqa: BLE001 - the workers are killed next regardless
+            self.display.note(f"backend abort failed: {type(exc).__name__}: {exc}")
 
     def _on_output(self, event: Output) -> None:
         if not event.progress:  # a progress bar's line is kept once finished

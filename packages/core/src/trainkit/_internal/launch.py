@@ -8,6 +8,13 @@ the script gets a main thread (signal handlers), its own ``__main__`` (multiproc
 re-imports it), ``sys.exit``/``os._exit`` codes and fd-level output (C extensions, child processes)
 exactly as under torchrun, and module-level state never leaks from one attempt into the next.
 
+Signals as under torchrun: the script starts in its own session with an empty signal mask and default
+dispositions (Ray's processes block SIGINT). The launcher's SIGTERM, SIGINT, SIGHUP and SIGQUIT
+(``--signals-to-handle``) go to every rank's process group as that signal, then SIGKILL after
+``--shutdown-timeout``; the run then ends as Ctrl-C ends a fit (state ``interrupted``, no restart) and
+the launcher exits 128 + the signal. When an attempt ends early (a rank failed), the other ranks get
+SIGTERM and, still running after the same grace, SIGKILL (``_LaunchBackend.on_abort``).
+
 ``trainkit.report()`` in the script reaches the worker's session through a Unix socket the worker
 opens for its subprocess (``TRAINKIT_LAUNCH_ADDRESS``): the script's process uploads its checkpoint
 files itself and hands the report to its worker, which forwards it to the driver as its own.
@@ -18,34 +25,66 @@ from __future__ import annotations
 import atexit
 import codecs
 import importlib.util
+import json
 import os
+import queue
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from multiprocessing.connection import Client, Listener
 from typing import Any
 
+from trainkit._internal.debugger import RAYS_HOOKS
 from trainkit.backend import Backend, BackendConfig
 
 ADDRESS_ENV = "TRAINKIT_LAUNCH_ADDRESS"
+DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torchrun's --signals-to-handle
+DEFAULT_SHUTDOWN_TIMEOUT_S = 30  # torchrun's --shutdown-timeout (TORCH_ELASTIC_SHUTDOWN_TIMEOUT)
 
 
 class ScriptExitError(RuntimeError):
-    """A rank's script exited with a non-zero status (``returncode``; -N: killed by signal N)."""
+    """A rank's script exited with a non-zero status (``returncode``; -N: killed by signal N).
+    ``error``: what ``torch.distributed.elastic``'s ``@record`` wrote to ``TORCHELASTIC_ERROR_FILE``
+    (its JSON), when the script wrote one."""
 
-    def __init__(self, script: str, returncode: int):
-        super().__init__(f"{script} exited with status {returncode}")
-        self.script, self.returncode = script, returncode
+    def __init__(self, script: str, returncode: int, error: dict | None = None):
+        status = f"was killed by signal {-returncode} ({_signal_name(-returncode)})" if returncode < 0 \
+            else f"exited with status {returncode}"
+        message = error and _error_message(error)
+        super().__init__(f"{script} {status}" + (f": {message}" if message else ""))
+        self.script, self.returncode, self.error = script, returncode, error
 
     def __reduce__(self) -> tuple:
-        return ScriptExitError, (self.script, self.returncode)
+        return ScriptExitError, (self.script, self.returncode, self.error)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return "unknown"
+
+
+def _error_message(error: dict) -> str | None:
+    """The one line torchrun's failure summary shows of an error file (``{"message": {"message": ...}}``)."""
+    message = error.get("message")
+    message = message.get("message") if isinstance(message, dict) else message
+    return str(message).strip().splitlines()[0] if message and str(message).strip() else None
 
 
 @dataclass
 class LaunchConfig(BackendConfig):
-    """The rendezvous address torchrun would give: rank 0's host and a free port there."""
+    """The rendezvous address torchrun would give (rank 0's host and a free port there), and how the
+    launcher's signals reach the ranks: ``signals`` go to every rank as they are, ``shutdown_timeout_s``
+    later the ranks still running are SIGKILLed."""
+
+    signals: tuple[str, ...] = tuple(DEFAULT_SIGNALS.split(","))
+    shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S
 
     @property
     def backend_cls(self) -> type[Backend]:
@@ -55,9 +94,79 @@ class LaunchConfig(BackendConfig):
 class _LaunchBackend(Backend):
     def on_start(self, worker_group: Any, backend_config: BackendConfig) -> None:
         worker_group.set_env([r.env() for r in worker_group.rendezvous()])
+        forwarder.watch(worker_group, backend_config)
+
+    def on_shutdown(self, worker_group: Any, backend_config: BackendConfig) -> None:
+        forwarder.release()
+
+    def on_abort(self, worker_group: Any, backend_config: BackendConfig) -> None:
+        """The attempt ends before every script did: SIGTERM to each still running (unless the
+        launcher's own signal reached it already), SIGKILL to those still running after the grace."""
+        import ray
+
+        try:
+            grace_s = backend_config.shutdown_timeout_s
+            stops = worker_group.execute_async(_stop_script, grace_s)
+            ray.wait(stops, num_returns=len(stops), timeout=grace_s + 10)  # a dead rank's answers at once
+        finally:
+            forwarder.release()
 
 
-def torchrun_env(context: Any) -> dict[str, str]:
+class _Forwarder:
+    """In the launcher: while an attempt's ranks run, each of ``LaunchConfig.signals`` goes to every
+    rank as it is (a thread sends it: nothing blocks in the handler). Once the attempt ended,
+    ``release`` ends the run as Ctrl-C does. A signal while no rank runs is Ctrl-C at once."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []  # every signal the launcher got, in order
+        self._group: Any = None
+        self._config: Any = None
+        self._signals: queue.SimpleQueue = queue.SimpleQueue()  # put() is safe in a signal handler
+        self._thread: threading.Thread | None = None
+
+    def watch(self, group: Any, config: Any) -> None:
+        self._group, self._config = group, config
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers are the main thread's (``trainkit launch`` runs fit() there)
+        for name in config.signals:  # after ray.init, whose own SIGTERM handler exits at once
+            signal.signal(getattr(signal, name), self._on_signal)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._send, name="trainkit-launch-signals", daemon=True)
+            self._thread.start()
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.received.append(signum)
+        if self._group is not None:
+            self._signals.put(signum)
+        elif len(self.received) == 1:  # later ones come while the run ends already
+            raise KeyboardInterrupt
+
+    def _send(self) -> None:
+        while True:
+            signum = self._signals.get()
+            group, config = self._group, self._config
+            if group is None:
+                continue
+            print(f"trainkit launch: {_signal_name(signum)}: sent to all {len(group)} ranks; SIGKILL to those "
+                  f"still running {config.shutdown_timeout_s:g} s later (--shutdown-timeout)",
+                  file=sys.stderr, flush=True)
+            try:
+                group.execute_async(_forward_signal, signum, config.shutdown_timeout_s)
+            except Exception as exc:  # noqa: BLE001 - the ranks' end ends the run regardless
+                print(f"trainkit launch: could not send {_signal_name(signum)} to the ranks: {exc}",
+                      file=sys.stderr, flush=True)
+
+    def release(self) -> None:
+        """The attempt's ranks ended: a signal received meanwhile ends the run (Ctrl-C's path)."""
+        self._group = None
+        if self.received:
+            raise KeyboardInterrupt
+
+
+forwarder = _Forwarder()
+
+
+def torchrun_env(context: Any, config: dict[str, Any]) -> dict[str, str]:
     """What torchrun sets for a rank (MASTER_ADDR/PORT and GROUP_WORLD_SIZE come from the backend)."""
     return {
         "RANK": str(context.world_rank), "WORLD_SIZE": str(context.world_size),
@@ -66,8 +175,18 @@ def torchrun_env(context: Any) -> dict[str, str]:
         "ROLE_RANK": str(context.world_rank),
         "ROLE_WORLD_SIZE": str(context.world_size), "ROLE_NAME": "default",
         "TORCHELASTIC_RESTART_COUNT": str(context.attempt), "TORCHELASTIC_RUN_ID": context.experiment_name,
+        "TORCHELASTIC_MAX_RESTARTS": str(config["max_restarts"]),
+        "TORCHELASTIC_SIGNALS_TO_HANDLE": ",".join(config["signals"]),
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
         "PYTHONUNBUFFERED": "1",
     }
+
+
+def _without_ray_debugger(env: dict[str, str]) -> dict[str, str]:
+    """``env`` without Ray's debugger settings (``PYTHONBREAKPOINT=ray.util.rpdb.set_trace``, ``RAY_DEBUG*``).
+    The worker's ``PYTHONBREAKPOINT`` is trainkit's hook or the user's own (``debug_relay``): it stays."""
+    return {k: v for k, v in env.items()
+            if not k.startswith("RAY_DEBUG") and not (k == "PYTHONBREAKPOINT" and v in RAYS_HOOKS)}
 
 
 def run_script(config: dict[str, Any]) -> None:
@@ -77,16 +196,16 @@ def run_script(config: dict[str, Any]) -> None:
 
     session = get_session("launch")
     context = session.context
-    env = {**os.environ, **torchrun_env(context)}
+    env = {**_without_ray_debugger(dict(os.environ)), **torchrun_env(context, config)}
     cwd = config["cwd"] if os.path.isdir(config["cwd"]) else os.path.dirname(config["script"])
     agent_store = importlib.util.find_spec("torch") is not None
     if agent_store:
         env["TORCHELASTIC_USE_AGENT_STORE"] = "True"
     with _Bridge(session) as bridge:
         env[ADDRESS_ENV] = bridge.address
-        proc = subprocess.Popen([sys.executable, config["script"], *config["args"]], cwd=cwd, env=env,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+        env["TORCHELASTIC_ERROR_FILE"] = error_file = os.path.join(bridge.directory, "error.json")
+        proc = _script.start([sys.executable, config["script"], *config["args"]], cwd=cwd, env=env,
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         pumps = [threading.Thread(target=_pump, args=(pipe, stream), daemon=True)
                  for pipe, stream in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))]
         for pump in pumps:
@@ -94,10 +213,21 @@ def run_script(config: dict[str, Any]) -> None:
         if agent_store and context.world_rank == 0:
             _host_store(env, proc)
         returncode = proc.wait()
+        _script.ended.set()
         for pump in pumps:  # a process the script left running may hold its pipes open
             pump.join(timeout=5)
+        error = _read_error_file(error_file) if returncode != 0 else None
     if returncode != 0:
-        raise ScriptExitError(os.path.basename(config["script"]), returncode)
+        raise ScriptExitError(os.path.basename(config["script"]), returncode, error)
+
+
+def _read_error_file(path: str) -> dict | None:
+    try:
+        with open(path) as f:
+            error = json.load(f)
+        return error if isinstance(error, dict) else None
+    except (OSError, ValueError):
+        return None
 
 
 _agent_store: Any = None  # rank 0's worker keeps its attempt's store until the worker ends
@@ -121,12 +251,85 @@ def _host_store(env: dict[str, str], proc: subprocess.Popen) -> None:
         raise
 
 
-def _die_with_parent() -> None:
-    """The script's process ends with its worker (a failed attempt's workers are killed)."""
-    import ctypes
-    import signal
+class _Script:
+    """This worker's script process (one per worker: each attempt has fresh workers) and how it is
+    stopped: a signal to its process group (its own session, as torchrun starts ranks: what the
+    script started gets it too), SIGKILL to the group when anything of it outlives the grace."""
 
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._pending: list[int] = []  # signals sent before the script started
+        self._deadline: float | None = None  # monotonic; set by the first stop
+        self.ended = threading.Event()  # the script's process exited (run_script reaped it)
+
+    def start(self, args: list[str], **kwargs: Any) -> subprocess.Popen:
+        with self._lock:
+            self._proc = subprocess.Popen(args, start_new_session=True, preexec_fn=_as_a_fresh_process, **kwargs)
+            for signum in self._pending:
+                self._kill(signum)
+            return self._proc
+
+    def stop(self, signum: int, grace_s: float, *, again: bool) -> None:
+        """Send ``signum`` (a stop already under way: only when ``again``), then wait until the
+        process group is gone or the first stop's grace ran out, and SIGKILL what is left."""
+        with self._lock:
+            first = self._deadline is None
+            if first:
+                self._deadline = time.monotonic() + grace_s
+            if first or again:
+                self._pending.append(signum)
+                if self._proc is not None:
+                    self._kill(signum)
+            if self._proc is None:
+                return  # never started: sent at its start, when it comes
+            deadline = self._deadline
+        self.ended.wait(max(0.0, deadline - time.monotonic()))
+        while self._group_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)  # what the script started, outliving it
+        self._kill(signal.SIGKILL)
+
+    def _group_alive(self) -> bool:
+        try:
+            os.killpg(self._proc.pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+
+    def _kill(self, signum: int) -> None:
+        try:
+            os.killpg(self._proc.pid, signum)
+        except ProcessLookupError:  # the group is gone
+            pass
+
+
+_script = _Script()
+
+
+def _forward_signal(signum: int, grace_s: float) -> None:
+    """On a worker: the launcher got ``signum``."""
+    _script.stop(signum, grace_s, again=True)
+
+
+def _stop_script(grace_s: float) -> None:
+    """On a worker: the attempt ends before this rank's script did."""
+    _script.stop(signal.SIGTERM, grace_s, again=False)
+
+
+def _as_a_fresh_process() -> None:
+    """In the script's process before exec: the signal state of a process a shell starts (Ray's
+    processes block SIGINT, which every child would inherit: KeyboardInterrupt never came), and
+    death with the worker (a killed attempt's workers take their scripts along)."""
+    import ctypes
+
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    for signum in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}:
+        try:  # exec resets handlers, not ignored signals
+            signal.signal(signum, signal.SIG_DFL)
+        except (OSError, ValueError):  # one the C library keeps for itself
+            pass
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _pump(pipe: Any, stream: Any) -> None:
@@ -145,8 +348,8 @@ class _Bridge:
 
     def __init__(self, session: Any):
         self._session = session
-        self._dir = tempfile.mkdtemp(prefix="trainkit-launch-")
-        self.address = os.path.join(self._dir, "socket")
+        self.directory = tempfile.mkdtemp(prefix="trainkit-launch-")  # the socket, the error file
+        self.address = os.path.join(self.directory, "socket")
         self._listener = Listener(self.address, family="AF_UNIX")
         self._thread = threading.Thread(target=self._serve, daemon=True)
 
@@ -172,10 +375,7 @@ class _Bridge:
                 pass
         self._thread.join(timeout=10)
         self._listener.close()
-        try:
-            os.rmdir(self._dir)
-        except OSError:
-            pass
+        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 def script_session() -> Any:
@@ -209,6 +409,11 @@ def add_arguments(parser: Any) -> None:
                         "else ~/trainkit_results)")
     parser.add_argument("--cpus-per-worker", type=float, default=1.0, help="CPUs each worker reserves (default: 1)")
     parser.add_argument("--gpus-per-worker", type=float, default=0.0, help="GPUs each worker reserves (default: 0)")
+    parser.add_argument("--shutdown-timeout", type=float, default=None, metavar="SECONDS",
+                        help="after a signal to the launcher, or a rank's failure, the ranks still running are "
+                        "SIGKILLed this long after their SIGTERM (default: $TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30)")
+    parser.add_argument("--signals-to-handle", default=DEFAULT_SIGNALS, metavar="SIGNALS",
+                        help="signals the launcher sends on to every rank as they are (default: %(default)s)")
     parser.add_argument("script", help="the Python script, run as `python SCRIPT ARGS...` on every rank")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="the script's arguments")
 
@@ -221,25 +426,65 @@ def main(args: Any) -> int:
     import trainkit
 
     script = os.path.abspath(args.script)
+    shutdown_timeout = args.shutdown_timeout
+    if shutdown_timeout is None:
+        shutdown_timeout = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(DEFAULT_SHUTDOWN_TIMEOUT_S))
+    shutdown_timeout, timeout_problem = _seconds(shutdown_timeout)
+    signals = [name.strip() for name in args.signals_to_handle.split(",") if name.strip()]
+    unknown = [name for name in signals if not _catchable(name)]
     problems = [f"--nproc {args.nproc}: expected 1 or more" if args.nproc < 1 else "",
                 f"--max-failures {args.max_failures}: expected -1 or more" if args.max_failures < -1 else "",
+                f"--shutdown-timeout {timeout_problem}" if timeout_problem else "",
+                f"--signals-to-handle {','.join(unknown)}: expected signal names a process can catch, e.g. "
+                f"{DEFAULT_SIGNALS},SIGUSR1" if unknown else "",
                 f"script {args.script!r} is not a file" if not os.path.isfile(script) else ""]
     if problem := next((p for p in problems if p), None):
         print(f"trainkit launch: {problem}", file=sys.stderr)
         return 2
     resources = {"CPU": args.cpus_per_worker, **({"GPU": args.gpus_per_worker} if args.gpus_per_worker else {})}
     name = args.name or f"{os.path.splitext(os.path.basename(script))[0]}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
+    config = {"script": script, "args": list(args.script_args), "cwd": os.getcwd(),
+              "max_restarts": args.max_failures, "signals": signals}
     trainer = trainkit.DataParallelTrainer(
-        run_script, train_loop_config={"script": script, "args": list(args.script_args), "cwd": os.getcwd()},
-        backend_config=LaunchConfig(),
+        run_script, train_loop_config=config,
+        backend_config=LaunchConfig(signals=tuple(signals), shutdown_timeout_s=shutdown_timeout),
         scaling_config=trainkit.ScalingConfig(num_workers=args.nproc, resources_per_worker=resources),
         run_config=trainkit.RunConfig(name=name, storage_path=args.storage_path,
                                       failure_config=trainkit.FailureConfig(max_failures=args.max_failures)))
     try:
         trainer.fit()
+    except SystemExit:
+        if forwarder.received:  # the run ended as Ctrl-C ends it: 128 + the signal, as a shell says
+            return 128 + forwarder.received[0]
+        raise
     except trainkit.TrainingFailedError as exc:
         if isinstance(exc.__cause__, ScriptExitError):
+            _record_root_cause(exc.__cause__)
             code = exc.__cause__.returncode
             return code if code > 0 else 128 - code  # killed by signal N: 128 + N, as a shell says
         return 1
     return 0
+
+
+def _record_root_cause(error: ScriptExitError) -> None:
+    """As torchrun's ``@record`` main does: the failing rank's error file becomes the launcher's own
+    ``TORCHELASTIC_ERROR_FILE`` (when a scheduler above set one)."""
+    if (path := os.environ.get("TORCHELASTIC_ERROR_FILE")) and error.error:
+        try:
+            with open(path, "w") as f:
+                json.dump(error.error, f)
+        except OSError as exc:
+            print(f"trainkit launch: could not write TORCHELASTIC_ERROR_FILE {path}: {exc}", file=sys.stderr)
+
+
+def _seconds(value: str | float) -> tuple[float, str]:
+    """(seconds, "") or (0, what is wrong)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        return 0.0, f"{value!r}: expected a number of seconds"
+    return (seconds, "") if seconds >= 0 else (0.0, f"{value}: expected 0 or more seconds")
+
+
+def _catchable(name: str) -> bool:
+    return isinstance(getattr(signal, name, None), signal.Signals) and name not in ("SIGKILL", "SIGSTOP")

@@ -88,7 +88,7 @@ class _Rewriter(ast.NodeVisitor):
         self.unrewritten: list[Unrewritten] = []
         self.bindings: dict[str, list[tuple[str, ast.stmt]]] = {}  # local name -> (Ray dotted path, its import)
         self.scopes: dict[ast.stmt, ast.AST] = {}  # each Ray import -> the function or module it is in
-        self.needs: dict[ast.stmt, list[str]] = {}  # import statement -> trainkit modules its uses need
+        self.needs: dict[ast.stmt, list[str]] = {}  # import statement -> trainkit modules imported with it
         self.kept: set[ast.stmt] = set()  # Ray imports some use still needs as they are
         self.imports: list[ast.stmt] = []
 
@@ -139,6 +139,13 @@ class _Rewriter(ast.NodeVisitor):
             return (getattr(scope, "lineno", 0) if inside else -1, binding[1].lineno)
         return max(self.bindings[name], key=rank)
 
+    def first_binding(self, name: str, statement: ast.stmt) -> ast.stmt:
+        """The first import binding ``name`` in ``statement``'s scope: the trainkit modules a use of the
+        name needs are imported with it, so they are bound wherever the name is (a later import, in
+        source order, could follow the use)."""
+        scope = self.scopes[statement]
+        return min((s for _, s in self.bindings[name] if self.scopes[s] is scope), key=_position)
+
     # uses of the bound names
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if (names := _dotted(node)) is None or names[0] not in self.bindings:
@@ -172,7 +179,7 @@ class _Rewriter(ast.NodeVisitor):
             if bound == ray_module:
                 return  # its import is rewritten to bind the same name to trainkit's module
             self.replace(node, trainkit_module(ray_module))
-            self.needs.setdefault(statement, []).append(trainkit_module(ray_module))
+            self.needs.setdefault(self.first_binding(names[0], statement), []).append(trainkit_module(ray_module))
             return
         name = used[-1]
         target, new = trainkit_module(ray_module), trainkit_name(ray_module, name)
@@ -185,7 +192,7 @@ class _Rewriter(ast.NodeVisitor):
                 self.replace(node, f"{names[0]}.{new}")
             return
         self.replace(node, f"{target}.{new}")
-        self.needs.setdefault(statement, []).append(target)
+        self.needs.setdefault(self.first_binding(names[0], statement), []).append(target)
 
     # things no rule covers
     def visit_Call(self, node: ast.Call) -> None:
@@ -209,7 +216,7 @@ class _Rewriter(ast.NodeVisitor):
     # the imports themselves, once every use is known
     def rewrite_imports(self) -> None:
         done: set[str] = set()
-        for statement in dict.fromkeys(self.imports):
+        for statement in sorted(set(self.imports), key=_position):  # source order: the first needs it
             indent = self.lines[statement.lineno - 1][:statement.col_offset]
             top = statement.col_offset == 0
             lines: list[str] = []
@@ -233,7 +240,8 @@ class _Rewriter(ast.NodeVisitor):
                     else:  # `import ray.train.torch` binds `ray`: becomes `import trainkit_torch`
                         if f"import {target}" not in lines:
                             lines.append(f"import {target}")
-                        done.add(target)
+                        if top:  # a function's import binds it in that function only
+                            done.add(target)
                         if statement in self.kept and not self.plain_ray_import(statement):
                             keep.append(ast.alias("ray"))
                 if keep == list(statement.names):
@@ -324,6 +332,10 @@ class _Rewriter(ast.NodeVisitor):
 
     def visit_alias(self, node: ast.alias) -> None:  # imports are rewritten as a whole
         pass
+
+
+def _position(node: ast.stmt) -> tuple[int, int]:
+    return node.lineno, node.col_offset
 
 
 def _alias(alias: ast.alias) -> str:
