@@ -26,6 +26,7 @@ import os
 import posixpath
 import re
 import shutil
+import stat
 import threading
 import uuid
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from trainkit._internal import faults
 from trainkit._internal.naming import validate_name
 from trainkit._internal.redact import redact
 from trainkit._internal.retry import with_retries
+from trainkit._internal.untrusted import NotRegularFileError, describe, open_regular, stored_name, stored_relpath
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -92,13 +94,73 @@ class FileEntry:
     sha256: str
 
 
-def _walk_local(root: str) -> Iterable[tuple[str, str]]:
-    """(absolute path, relative posix path) of every regular file under ``root``."""
+def open_input(fs: "pafs.FileSystem", path: str) -> Any:
+    """A stream of the stored file ``path``: on a local disk only a regular file, opened so that a
+    FIFO or device never blocks the reader (``NotRegularFileError`` instead)."""
+    return open_regular(path) if is_local(fs) else fs.open_input_stream(path)
+
+
+def list_dir(fs: "pafs.FileSystem", path: str, recursive: bool = False) -> list:
+    """The entries under ``path`` (none when it is missing), without symbolic links: on a local
+    disk a link in a run directory (or the directory itself being one) is never followed, moved or
+    deleted; trainkit warns once, naming it and its target, and leaves it alone."""
+    import pyarrow.fs as pafs
+
+    local = is_local(fs)
+    if local and os.path.islink(path):
+        _warn_link(path)
+        return []
+    infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=recursive))
+    if not local:
+        return infos
+    kept = []
+    for info in infos:
+        if os.path.islink(info.path):
+            _warn_link(info.path)
+        elif not any(os.path.islink(posixpath.join(path, parent)) for parent in _parents(posixpath.relpath(info.path, path))):
+            kept.append(info)
+    return kept
+
+
+def _parents(rel: str) -> list[str]:
+    parts = rel.split("/")[:-1]
+    return ["/".join(parts[:i + 1]) for i in range(len(parts))]
+
+
+def _warn_link(path: str) -> None:
+    from trainkit._internal.display import warn
+
+    warn(f"{path} is a symbolic link (to {os.readlink(path)}); trainkit never follows, moves or deletes "
+         "links in a run directory and leaves it alone", stacklevel=3)
+
+
+class LinkInCheckpointError(ValueError):
+    """A reported checkpoint directory holds a symbolic link or a file that is not a regular file."""
+
+
+def local_files(root: str) -> list[tuple[str, str]]:
+    """(absolute path, relative posix path) of every file under the reported directory ``root``,
+    all of them regular files. The rule, the same on every store: a symbolic link (to a file or a
+    directory) or a FIFO, socket or device in a reported checkpoint is refused with an error naming
+    it (and a link's target) before anything is uploaded; trainkit never copies what a link points to."""
+    if not os.path.isdir(root):
+        raise ValueError(f"checkpoint directory {root!r} does not exist or is not a directory")
+    files = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
-        for filename in sorted(filenames):
-            absolute = os.path.join(dirpath, filename)
-            yield absolute, Path(os.path.relpath(absolute, root)).as_posix()
+        for entry in sorted(dirnames) + sorted(filenames):
+            absolute = os.path.join(dirpath, entry)
+            mode = os.lstat(absolute).st_mode
+            if os.path.islink(absolute):
+                raise LinkInCheckpointError(
+                    f"checkpoint directory {root}: {absolute} is a symbolic link to {os.readlink(absolute)}; "
+                    "trainkit does not follow links in a reported checkpoint (copy the file in instead)")
+            if entry in filenames and not stat.S_ISREG(mode):
+                raise LinkInCheckpointError(f"checkpoint directory {root}: {absolute} is {describe(mode)}, "
+                                            "not a regular file; a checkpoint holds regular files only")
+            if entry in filenames:
+                files.append((absolute, Path(os.path.relpath(absolute, root)).as_posix()))
+    return files
 
 
 def _copy_hashing(src: str, fs: "pafs.FileSystem", target: str) -> tuple[int, str]:
@@ -113,11 +175,10 @@ def _copy_hashing(src: str, fs: "pafs.FileSystem", target: str) -> tuple[int, st
 
 def upload_dir(local_dir: str, fs: "pafs.FileSystem", dest: str, **where: int) -> list[FileEntry]:
     """Copy every file of ``local_dir`` into ``dest`` on ``fs``, hashing as it goes."""
-    if not os.path.isdir(local_dir):
-        raise ValueError(f"checkpoint directory {local_dir!r} does not exist or is not a directory")
+    files = local_files(local_dir)
     entries = []
     with_retries("create", dest, lambda: fs.create_dir(dest, recursive=True))
-    for absolute, rel in _walk_local(local_dir):
+    for absolute, rel in files:
         if rel == MANIFEST:  # a manifest copied from another checkpoint is not ours
             continue
         target = posixpath.join(dest, rel)
@@ -134,11 +195,10 @@ def copy_dir_local(local_dir: str, dest: str, **where: int) -> list[str | tuple[
     """Copy ``local_dir`` into ``dest`` on the local disk at kernel speed; return what ``hash_local``
     (a background thread, off the training thread's clock) hashes: relative paths, or (path, this
     rank's private copy) for a rank other than 0."""
-    if not os.path.isdir(local_dir):
-        raise ValueError(f"checkpoint directory {local_dir!r} does not exist or is not a directory")
+    files = local_files(local_dir)
     copied: list[str | tuple[str, str]] = []
     rank = where.get("rank", 0)
-    for absolute, rel in _walk_local(local_dir):
+    for absolute, rel in files:
         if rel == MANIFEST:
             continue
         target = os.path.join(dest, rel)
@@ -219,36 +279,47 @@ def hash_file(fs: "pafs.FileSystem", root: str, rel: str) -> FileEntry:
 
 def _sha256(fs: "pafs.FileSystem", path: str) -> str:
     digest = hashlib.sha256()
-    with fs.open_input_stream(path) as f:
+    with open_input(fs, path) as f:
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
 
 
 def read_manifest(fs: "pafs.FileSystem", checkpoint_path: str) -> dict[str, Any] | None:
+    """The checkpoint's manifest; None when it is missing, unreadable, or names a path outside the
+    checkpoint (its ``name`` or a ``files`` entry: refused with a warning naming it)."""
+    source = posixpath.join(checkpoint_path, MANIFEST)
     try:
-        with fs.open_input_stream(posixpath.join(checkpoint_path, MANIFEST)) as f:
+        with open_input(fs, source) as f:
             manifest = json.loads(f.read().decode())
-        return manifest if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) else None
-    except (FileNotFoundError, ValueError):
+    except (FileNotFoundError, NotRegularFileError, ValueError):
         return None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        return None
+    if "name" in manifest and stored_name(source, "name", manifest["name"]) is None:
+        return None
+    if not all(stored_relpath(source, "files", rel) for rel in manifest["files"]):
+        return None
+    return manifest
 
 
 def verify_checkpoint(fs: "pafs.FileSystem", checkpoint_path: str) -> dict[str, Any]:
     """Return the manifest if every file matches it; else raise ``CheckpointCorruptError``."""
     manifest = read_manifest(fs, checkpoint_path)
     if manifest is None:
-        raise CheckpointCorruptError(f"{checkpoint_path}: no readable {MANIFEST}; the checkpoint was never committed")
+        raise CheckpointCorruptError(f"{checkpoint_path}: no readable {MANIFEST} (or one naming paths outside "
+                                     "the checkpoint); the checkpoint was never committed")
     for rel, expected in manifest["files"].items():
-        parts = rel.split("/")
-        if rel.startswith("/") or ".." in parts or "" in parts or "\0" in rel:
-            raise CheckpointCorruptError(f"{checkpoint_path}: manifest entry {rel!r} points outside the checkpoint")
         path = posixpath.join(checkpoint_path, rel)
         try:
+            if not is_local(fs) and fs.get_file_info(path).type == _file_type().Directory:
+                raise NotRegularFileError(f"{path} is a directory, not a regular file")
             actual = _sha256(fs, path)
             size = fs.get_file_info(path).size
         except FileNotFoundError:
             raise CheckpointCorruptError(f"{checkpoint_path}: {rel} is missing") from None
+        except NotRegularFileError as exc:
+            raise CheckpointCorruptError(f"{checkpoint_path}: {rel}: {exc.strerror or exc}") from None
         if size != expected.get("size") or actual != expected.get("sha256"):
             raise CheckpointCorruptError(f"{checkpoint_path}: {rel} does not match its sha256/size in the manifest")
     return manifest
@@ -324,7 +395,7 @@ class RunStorage:
 
     def read_text(self, *parts: str) -> str | None:
         def read() -> str:
-            with self.fs.open_input_stream(self.path(*parts)) as f:
+            with open_input(self.fs, self.path(*parts)) as f:
                 return f.read().decode()
 
         try:
@@ -428,10 +499,7 @@ class RunStorage:
         self.delete_dir(tmp_path)
 
     def _list(self, path: str, recursive: bool = False) -> list:
-        import pyarrow.fs as pafs
-
-        return with_retries("list", path, lambda: self.fs.get_file_info(
-            pafs.FileSelector(path, allow_not_found=True, recursive=recursive)))
+        return with_retries("list", path, lambda: list_dir(self.fs, path, recursive))
 
     def committed_checkpoints(self) -> list[dict[str, Any]]:
         """Manifests of the checkpoint directories that were committed (no hash check)."""
@@ -469,7 +537,8 @@ class RunStorage:
                 continue
             if _CHECKPOINT_DIR.fullmatch(info.base_name) and read_manifest(self.fs, info.path) is None:
                 if _exists(self.fs, posixpath.join(info.path, MANIFEST)):
-                    swept.append(self._quarantine(info.path))
+                    if quarantined := self._quarantine(info.path):
+                        swept.append(quarantined)
                 else:
                     self.delete_dir(info.path)
                     swept.append(info.base_name)
@@ -507,12 +576,20 @@ class RunStorage:
             rolled.append(name)
         return rolled
 
-    def _quarantine(self, path: str) -> str:
+    def _quarantine(self, path: str) -> str | None:
+        """Move the checkpoint ``path`` into ``.quarantine/``; None (left in place, with a warning)
+        when ``.quarantine`` is a link or not a directory."""
         import pyarrow.fs as pafs
 
         from trainkit._internal.display import warn
 
-        dest = self.path(QUARANTINE, f"{posixpath.basename(path)}-{uuid.uuid4().hex[:8]}")
+        folder = self.path(QUARANTINE)
+        if is_local(self.fs) and os.path.lexists(folder) and (os.path.islink(folder) or not os.path.isdir(folder)):
+            kind = f"a symbolic link (to {os.readlink(folder)})" if os.path.islink(folder) else "not a directory"
+            warn(f"{folder} is {kind}; {path} (its {MANIFEST} is damaged) stays where it is, and nothing is "
+                 "moved through it")
+            return None
+        dest = posixpath.join(folder, f"{posixpath.basename(path)}-{uuid.uuid4().hex[:8]}")
         if self.renames_atomically:
             with_retries("create", dest, lambda: self.fs.create_dir(posixpath.dirname(dest), recursive=True))
             with_retries("rename", dest, lambda: self.fs.move(path, dest))
