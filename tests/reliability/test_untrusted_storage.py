@@ -6,6 +6,7 @@ refused at report() on every store. Real files, real FIFOs and symlinks, the rea
 import hashlib
 import json
 import os
+import tempfile
 import threading
 import uuid
 import warnings
@@ -263,3 +264,41 @@ def test_symlink_in_reported_checkpoint_is_refused_at_report(tmp_path, request, 
     stored = [i.path for i in fs.get_file_info(pafs.FileSelector(run_path, recursive=True))
               if i.base_name in ("link", "key", "model.bin")]
     assert stored == [], f"files uploaded before the refusal: {stored}"
+
+
+# -- downloads that fail ------------------------------------------------------------------------------
+@pytest.fixture(params=["local", "s3"])
+def big_checkpoint(request, tmp_path):
+    """A committed checkpoint of 3 MiB (more than ``small_tmpfs`` holds), on local disk or S3."""
+    if request.param == "local":
+        storage = RunStorage(str(tmp_path / "root"), "run")
+    else:
+        storage = RunStorage(f"bucket/dl-{uuid.uuid4().hex[:8]}", "run", filesystem=request.getfixturevalue("s3_server")["fs"])
+    storage.preflight()
+    path = _commit(storage, "checkpoint_000000", 0, tmp_path, data=os.urandom(3 << 20))
+    return Checkpoint(path, storage.fs)
+
+
+def test_as_directory_on_a_full_disk_removes_its_partial_copy(big_checkpoint, small_tmpfs, monkeypatch):
+    if isinstance(big_checkpoint.filesystem, pafs.LocalFileSystem):
+        pytest.skip("a local checkpoint is used in place: nothing is downloaded")
+    monkeypatch.setattr(tempfile, "tempdir", str(small_tmpfs))  # what TMPDIR does
+    for _ in range(3):  # each attempt finds the space the previous one had
+        with pytest.raises(OSError) as caught:
+            with big_checkpoint.as_directory():
+                pass
+        assert str(small_tmpfs) in str(caught.value) and "removed" in str(caught.value), caught.value
+        assert os.listdir(small_tmpfs) == []
+
+
+def test_to_directory_on_a_full_disk_removes_only_what_it_wrote(big_checkpoint, small_tmpfs):
+    new = small_tmpfs / "new"
+    with pytest.raises(OSError, match=str(new)):
+        big_checkpoint.to_directory(new)
+    assert not new.exists()
+    kept = small_tmpfs / "kept"
+    kept.mkdir()
+    (kept / "mine.txt").write_text("the user's")
+    with pytest.raises(OSError, match=str(kept)):
+        big_checkpoint.to_directory(kept)
+    assert os.listdir(kept) == ["mine.txt"]

@@ -20,6 +20,7 @@ pyarrow is imported lazily, so ``import trainkit`` stays light.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -248,14 +249,51 @@ def _size_sha256(path: str) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
-def download_dir(fs: "pafs.FileSystem", src: str, local_dir: str) -> None:
+def download_dir(fs: "pafs.FileSystem", src: str, local_dir: str, fresh: bool = False) -> None:
+    """Copy the files under ``src`` into ``local_dir`` (from a local source: regular files only,
+    never what a link points to). On failure (a full disk) what this call created is removed and
+    the error names both paths, so a retry starts from the space it had (``fresh``: ``local_dir``
+    was made empty for this copy, and goes with it)."""
     import pyarrow.fs as pafs
 
-    os.makedirs(local_dir, exist_ok=True)
-    if is_local(fs):
-        shutil.copytree(src, local_dir, dirs_exist_ok=True)
-    else:
-        pafs.copy_files(src, local_dir, source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+    existed = None if fresh else _local_tree(local_dir)
+    try:
+        os.makedirs(local_dir, exist_ok=True)
+        if is_local(fs):
+            shutil.copytree(src, local_dir, dirs_exist_ok=True, ignore=_not_regular)
+        else:
+            pafs.copy_files(src, local_dir, source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+    except BaseException as exc:
+        _remove_created(local_dir, existed)
+        if isinstance(exc, OSError):
+            raise OSError(exc.errno, f"copying checkpoint {redact(src)} into {local_dir} failed "
+                                     f"({exc.strerror or exc}); the partial copy there was removed", local_dir) from exc
+        raise
+
+
+def _not_regular(directory: str, names: list[str]) -> list[str]:
+    return [n for n in names if os.path.islink(p := os.path.join(directory, n))
+            or not (os.path.isfile(p) or os.path.isdir(p))]
+
+
+def _local_tree(root: str) -> set[str] | None:
+    """Every path under ``root`` (None when it does not exist)."""
+    if not os.path.lexists(root):
+        return None
+    return {os.path.join(d, n) for d, dirs, files in os.walk(root) for n in dirs + files}
+
+
+def _remove_created(root: str, existed: set[str] | None) -> None:
+    """Remove what is under ``root`` and not in ``existed`` (all of ``root`` when it was new)."""
+    if existed is None:
+        shutil.rmtree(root, ignore_errors=True)
+        return
+    for d, dirs, files in os.walk(root, topdown=False):
+        for name in files + dirs:
+            path = os.path.join(d, name)
+            if path not in existed:
+                with contextlib.suppress(OSError):
+                    shutil.rmtree(path) if name in dirs and not os.path.islink(path) else os.unlink(path)
 
 
 def hash_tree(fs: "pafs.FileSystem", root: str) -> list[FileEntry]:
