@@ -96,3 +96,12 @@ def test_ctrl_c_right_after_a_commit_names_that_checkpoint(tmp_path, run_driver)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr[-3000:]
     assert "to resume from checkpoint_000002" in stderr, stderr[-3000:]
+
+
+def test_launch_with_an_invalid_name_names_the_flag(tmp_path):
+    script = tmp_path / "noop.py"
+    script.write_text("")
+    out = subprocess.run([sys.executable, "-m", "trainkit.cli", "launch", "--name", "../x", str(script)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "--name='../x' is invalid" in out.stderr, out.stderr[-3000:]
+    assert "Traceback" not in out.stderr

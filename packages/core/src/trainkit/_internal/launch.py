@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Client, Listener
 from typing import Any
 
+from trainkit._internal import interface
 from trainkit.backend import Backend, BackendConfig
 
 ADDRESS_ENV = "TRAINKIT_LAUNCH_ADDRESS"
@@ -229,17 +230,25 @@ def main(args: Any) -> int:
         return 2
     resources = {"CPU": args.cpus_per_worker, **({"GPU": args.gpus_per_worker} if args.gpus_per_worker else {})}
     name = args.name or f"{os.path.splitext(os.path.basename(script))[0]}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
-    trainer = trainkit.DataParallelTrainer(
-        run_script, train_loop_config={"script": script, "args": list(args.script_args), "cwd": os.getcwd()},
-        backend_config=LaunchConfig(),
-        scaling_config=trainkit.ScalingConfig(num_workers=args.nproc, resources_per_worker=resources),
-        run_config=trainkit.RunConfig(name=name, storage_path=args.storage_path,
-                                      failure_config=trainkit.FailureConfig(max_failures=args.max_failures)))
-    try:
-        trainer.fit()
-    except trainkit.TrainingFailedError as exc:
-        if isinstance(exc.__cause__, ScriptExitError):
-            code = exc.__cause__.returncode
-            return code if code > 0 else 128 - code  # killed by signal N: 128 + N, as a shell says
-        return 1
+    with interface.command_line(interface.LAUNCH_FLAGS):  # messages name --name, not RunConfig(name=...)
+        try:
+            trainer = trainkit.DataParallelTrainer(
+                run_script, train_loop_config={"script": script, "args": list(args.script_args), "cwd": os.getcwd()},
+                backend_config=LaunchConfig(),
+                scaling_config=trainkit.ScalingConfig(num_workers=args.nproc, resources_per_worker=resources),
+                run_config=trainkit.RunConfig(name=name, storage_path=args.storage_path,
+                                              failure_config=trainkit.FailureConfig(max_failures=args.max_failures)))
+        except ValueError as exc:
+            print(f"trainkit launch: {exc}", file=sys.stderr)
+            return 2
+        try:
+            trainer.fit()
+        except trainkit.RunLockedError as exc:
+            print(f"trainkit launch: {exc}", file=sys.stderr)
+            return 1
+        except trainkit.TrainingFailedError as exc:
+            if isinstance(exc.__cause__, ScriptExitError):
+                code = exc.__cause__.returncode
+                return code if code > 0 else 128 - code  # killed by signal N: 128 + N, as a shell says
+            return 1
     return 0

@@ -24,6 +24,7 @@ import uuid
 from typing import Any
 
 from trainkit._internal.display import warn
+from trainkit._internal.interface import setting
 from trainkit._internal.retry import StorageError, with_retries
 from trainkit._internal.storage import RunStorage, is_local
 from trainkit._internal.untrusted import stored_token
@@ -178,7 +179,7 @@ class RunLock:
             if lease_alive(lease):
                 raise RunLockedError(
                     f"run {name!r} is being run by another driver (host {lease.get('host')}, "
-                    f"pid {lease.get('pid')}); wait for it to finish or pick another RunConfig(name=...)")
+                    f"pid {lease.get('pid')}); wait for it to finish or pick another {setting('name')}")
             token = stored_token(self.storage.path(LOCK), "token", lease.get("token"))
             if token is None:
                 raise RunLockedError(f"run {name!r}: its lock {self.storage.path(LOCK)} holds an invalid token, so "
