@@ -16,11 +16,11 @@ _UNSET: Any = object()
 
 
 def setting(field: str, value: Any = _UNSET) -> str:
-    """``field`` as the user sets it: ``RunConfig(name=...)`` / ``FailureConfig(max_failures=2)``
+    """``field`` as the user sets it: ``RunConfig(name=...)`` / ``FailureConfig.max_failures=2``
     from Python, ``--name`` / ``--max-failures 2`` under ``trainkit launch``."""
     if field in _flags:
         return _flags[field] if value is _UNSET else f"{_flags[field]} {value}"
-    return f"{_PYTHON[field]}({field}={'...' if value is _UNSET else value})"
+    return f"{_PYTHON[field]}({field}=...)" if value is _UNSET else f"{_PYTHON[field]}.{field}={value}"
 
 
 def field_label(field: str) -> str:
