@@ -22,7 +22,7 @@ _MAX_WORKERS = 100_000
 
 
 def _bad(field_name: str, value: Any, allowed: str) -> ValueError:
-    return ValueError(f"{field_name}={value!r} is invalid: expected {allowed}")
+    return ValueError(f"{field_label(field_name)}={value!r} is invalid: expected {allowed}")
 
 
 def _check_int(field_name: str, value: Any, *, minimum: int, maximum: int | None = None) -> int:

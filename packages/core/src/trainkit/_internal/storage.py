@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from trainkit._internal import faults
+from trainkit._internal.interface import field_label
 from trainkit._internal.naming import validate_name
 from trainkit._internal.redact import redact
 from trainkit._internal.retry import with_retries
@@ -73,7 +74,7 @@ def resolve_filesystem(path: str, filesystem: "pafs.FileSystem | None" = None) -
     try:
         return pafs.FileSystem.from_uri(path)
     except Exception as exc:  # noqa: BLE001 - pyarrow echoes the URI, credentials included
-        raise ValueError(f"storage_path={redact(path)!r} is invalid: {redact(str(exc))}") from None
+        raise ValueError(f"{field_label('storage_path')}={redact(path)!r} is invalid: {redact(str(exc))}") from None
 
 
 def is_local(fs: "pafs.FileSystem") -> bool:
