@@ -102,14 +102,15 @@ def open_input(fs: "pafs.FileSystem", path: str) -> Any:
     return open_regular(path) if is_local(fs) else fs.open_input_stream(path)
 
 
-def list_dir(fs: "pafs.FileSystem", path: str, recursive: bool = False) -> list:
+def list_dir(fs: "pafs.FileSystem", path: str, recursive: bool = False, top_may_link: bool = False) -> list:
     """The entries under ``path`` (none when it is missing), without symbolic links: on a local
-    disk a link in a run directory (or the directory itself being one) is never followed, moved or
-    deleted; trainkit warns once, naming it and its target, and leaves it alone."""
+    disk a link in a run directory (or ``path`` itself being one, unless ``top_may_link``: the run
+    directory, which ``preflight`` checks) is never followed, moved or deleted; trainkit warns,
+    naming it and its target, and leaves it alone."""
     import pyarrow.fs as pafs
 
     local = is_local(fs)
-    if local and os.path.islink(path):
+    if local and not top_may_link and os.path.islink(path):
         _warn_link(path)
         return []
     infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=recursive))
@@ -538,7 +539,7 @@ class RunStorage:
         self.delete_dir(tmp_path)
 
     def _list(self, path: str, recursive: bool = False) -> list:
-        return with_retries("list", path, lambda: list_dir(self.fs, path, recursive))
+        return with_retries("list", path, lambda: list_dir(self.fs, path, recursive, top_may_link=path == self.run_path))
 
     def committed_checkpoints(self) -> list[dict[str, Any]]:
         """Manifests of the checkpoint directories that were committed (no hash check)."""
