@@ -279,9 +279,8 @@ def big_checkpoint(request, tmp_path):
     return Checkpoint(path, storage.fs)
 
 
+@pytest.mark.parametrize("big_checkpoint", ["s3"], indirect=True)  # a local one is used in place
 def test_as_directory_on_a_full_disk_removes_its_partial_copy(big_checkpoint, small_tmpfs, monkeypatch):
-    if isinstance(big_checkpoint.filesystem, pafs.LocalFileSystem):
-        pytest.skip("a local checkpoint is used in place: nothing is downloaded")
     monkeypatch.setattr(tempfile, "tempdir", str(small_tmpfs))  # what TMPDIR does
     for _ in range(3):  # each attempt finds the space the previous one had
         with pytest.raises(OSError) as caught:
