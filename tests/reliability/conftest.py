@@ -53,6 +53,18 @@ def own_s3_server(tmp_path_factory):
         server.stop()
 
 
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A real 2 MiB filesystem (tmpfs; needs root), to fill up."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], check=True)
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
 DRIVER = Path(__file__).parent / "_driver.py"
 
 

@@ -145,17 +145,6 @@ def _fill_disk(config):
         trainkit.report({"step": step, "pad": "x" * 6000})  # longer than a page: a full disk tears it
 
 
-@pytest.fixture
-def small_tmpfs(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], check=True)
-    yield disk
-    subprocess.run(["umount", "-l", str(disk)], check=True)
-
-
 def test_r15_disk_full_mid_metrics_line_then_rerun_reads_and_plots(ray_cluster, run_config, small_tmpfs, tmp_path, figure):
     config = run_config(storage_path=str(small_tmpfs / "runs"))
     loop = {"steps": 5, "fill_at": 2, "disk": str(small_tmpfs)}

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from trainkit import Checkpoint, CheckpointCorruptError
+from trainkit import Checkpoint, CheckpointCorruptError, TrainkitWarning
 from trainkit._internal.run_state import CheckpointRecord, RunState
 from trainkit._internal.storage import MANIFEST, RunStorage, upload_dir
 from trainkit.config import CheckpointConfig
@@ -65,7 +65,8 @@ def test_verify_detects_tampering(storage, tmp_path):
     manifest = json.load(open(os.path.join(final, MANIFEST)))
     manifest["files"] = {"../../etc/passwd": {"size": 1, "sha256": "0"}}
     json.dump(manifest, open(os.path.join(final, MANIFEST), "w"))
-    with pytest.raises(CheckpointCorruptError, match="outside the checkpoint"):
+    with pytest.raises(CheckpointCorruptError, match="outside the checkpoint"), \
+            pytest.warns(TrainkitWarning, match=r"files='../../etc/passwd' is refused"):
         ckpt.verify()
 
 

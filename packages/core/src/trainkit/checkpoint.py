@@ -59,11 +59,12 @@ class Checkpoint:
         return storage.is_local(self.filesystem)
 
     def to_directory(self, path: str | os.PathLike | None = None) -> str:
-        """Copy the checkpoint's files into a local directory (a new temp dir by default)."""
+        """Copy the checkpoint's files into a local directory (a new temp dir by default). On failure
+        (a full disk) what it copied is removed again and the ``OSError`` names the directory."""
         target = os.fspath(path) if path is not None else tempfile.mkdtemp(prefix="trainkit-ckpt-")
         if self._is_local() and os.path.abspath(target) == os.path.abspath(self.path):
             return target
-        storage.download_dir(self.filesystem, self.path, target)
+        storage.download_dir(self.filesystem, self.path, target, fresh=path is None)
         return target
 
     @contextlib.contextmanager

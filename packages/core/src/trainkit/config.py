@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
 from trainkit._internal import tpu
+from trainkit._internal.interface import field_label
 from trainkit._internal.naming import validate_name
 from trainkit.callbacks import UserCallback
 
@@ -21,7 +22,7 @@ _MAX_WORKERS = 100_000
 
 
 def _bad(field_name: str, value: Any, allowed: str) -> ValueError:
-    return ValueError(f"{field_name}={value!r} is invalid: expected {allowed}")
+    return ValueError(f"{field_label(field_name)}={value!r} is invalid: expected {allowed}")
 
 
 def _check_int(field_name: str, value: Any, *, minimum: int, maximum: int | None = None) -> int:
@@ -339,7 +340,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         if self.name is not None:
-            validate_name("name", self.name)
+            validate_name(field_label("name"), self.name)
         if self.storage_path is not None and (not isinstance(self.storage_path, str) or not self.storage_path):
             if hasattr(self.storage_path, "__fspath__"):
                 object.__setattr__(self, "storage_path", str(self.storage_path))

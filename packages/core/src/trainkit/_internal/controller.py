@@ -98,10 +98,15 @@ class Controller:
                 state.save(self.storage)
             except Exception as exc:  # noqa: BLE001 - the line below still says where the run stands
                 self.display.note(f"could not record the interruption in {storage_mod.STATE}: {exc}")
-        resume = f"; run it again with the same name to resume from {state.latest_checkpoint}" \
-            if state is not None and state.latest_checkpoint else ""
-        print(f"trainkit: run {self.storage.name!r} interrupted (Ctrl-C) after "
-              f"{state.next_report_index if state else 0} report(s){resume}", file=sys.stderr, flush=True)
+        reports, latest = (state.next_report_index, state.latest_checkpoint) if state else (0, None)
+        try:  # the commits are the truth: Ctrl-C may land between a commit and the state naming it
+            if committed := self.storage.committed_checkpoints():
+                reports, latest = max(reports, committed[-1]["index"] + 1), committed[-1]["name"]
+        except Exception:  # noqa: BLE001 - storage unreachable: the state's view is all there is
+            pass
+        resume = f"; run it again with the same name to resume from {latest}" if latest else ""
+        print(f"trainkit: run {self.storage.name!r} interrupted (Ctrl-C) after {reports} report(s){resume}",
+              file=sys.stderr, flush=True)
         raise SystemExit(130) from None  # 128 + SIGINT, as a shell reports it
 
     def _prepare_state(self) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from trainkit._internal.interface import setting
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -45,7 +47,7 @@ class FailurePolicy:
             return Decision("finish", "training finished")
         self.failures += 1
         limit = "unlimited" if self.max_failures == -1 else str(self.max_failures)
-        counted = f"failure {self.failures} of FailureConfig.max_failures={limit}"
+        counted = f"failure {self.failures} of {setting('max_failures', limit)}"
         if self.max_failures != -1 and self.failures > self.max_failures:
             return Decision("give_up", f"{counted}: no retries left")
         return Decision("retry", counted, show_where=outcome.error_type == "WorkerStuck")

@@ -2,6 +2,7 @@
 
 ``TRAINKIT_FAULT_POINT="before_rename"`` kills the driver just before a checkpoint directory is
 renamed; ``"upload_file:rank=1:attempt=0"`` kills rank 1 of attempt 0 after it uploaded a file.
+``TRAINKIT_FAULT_SIGNAL=SIGINT`` sends that signal instead (a Ctrl-C at that point).
 Unset (always, outside tests), a point costs one dictionary lookup.
 """
 
@@ -22,4 +23,4 @@ def point(name: str, **where: int | None) -> None:
         key, _, value = condition.partition("=")
         if where.get(key) is None or str(where[key]) != value:
             return
-    os.kill(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.Signals[os.environ.get("TRAINKIT_FAULT_SIGNAL", "SIGKILL")])

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Client, Listener
 from typing import Any
 
+from trainkit._internal import interface
 from trainkit._internal.debugger import RAYS_HOOKS
 from trainkit.backend import Backend, BackendConfig
 
@@ -445,24 +446,32 @@ def main(args: Any) -> int:
     name = args.name or f"{os.path.splitext(os.path.basename(script))[0]}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
     config = {"script": script, "args": list(args.script_args), "cwd": os.getcwd(),
               "max_restarts": args.max_failures, "signals": signals}
-    trainer = trainkit.DataParallelTrainer(
-        run_script, train_loop_config=config,
-        backend_config=LaunchConfig(signals=tuple(signals), shutdown_timeout_s=shutdown_timeout),
-        scaling_config=trainkit.ScalingConfig(num_workers=args.nproc, resources_per_worker=resources),
-        run_config=trainkit.RunConfig(name=name, storage_path=args.storage_path,
-                                      failure_config=trainkit.FailureConfig(max_failures=args.max_failures)))
-    try:
-        trainer.fit()
-    except SystemExit:
-        if forwarder.received:  # the run ended as Ctrl-C ends it: 128 + the signal, as a shell says
-            return 128 + forwarder.received[0]
-        raise
-    except trainkit.TrainingFailedError as exc:
-        if isinstance(exc.__cause__, ScriptExitError):
-            _record_root_cause(exc.__cause__)
-            code = exc.__cause__.returncode
-            return code if code > 0 else 128 - code  # killed by signal N: 128 + N, as a shell says
-        return 1
+    with interface.command_line(interface.LAUNCH_FLAGS):  # messages name --name, not RunConfig(name=...)
+        try:
+            trainer = trainkit.DataParallelTrainer(
+                run_script, train_loop_config=config,
+                backend_config=LaunchConfig(signals=tuple(signals), shutdown_timeout_s=shutdown_timeout),
+                scaling_config=trainkit.ScalingConfig(num_workers=args.nproc, resources_per_worker=resources),
+                run_config=trainkit.RunConfig(name=name, storage_path=args.storage_path,
+                                              failure_config=trainkit.FailureConfig(max_failures=args.max_failures)))
+        except ValueError as exc:
+            print(f"trainkit launch: {exc}", file=sys.stderr)
+            return 2
+        try:
+            trainer.fit()
+        except SystemExit:
+            if forwarder.received:  # the run ended as Ctrl-C ends it: 128 + the signal, as a shell says
+                return 128 + forwarder.received[0]
+            raise
+        except trainkit.RunLockedError as exc:
+            print(f"trainkit launch: {exc}", file=sys.stderr)
+            return 1
+        except trainkit.TrainingFailedError as exc:
+            if isinstance(exc.__cause__, ScriptExitError):
+                _record_root_cause(exc.__cause__)
+                code = exc.__cause__.returncode
+                return code if code > 0 else 128 - code  # killed by signal N: 128 + N, as a shell says
+            return 1
     return 0
 
 

@@ -24,8 +24,10 @@ import uuid
 from typing import Any
 
 from trainkit._internal.display import warn
+from trainkit._internal.interface import setting
 from trainkit._internal.retry import StorageError, with_retries
 from trainkit._internal.storage import RunStorage, is_local
+from trainkit._internal.untrusted import stored_token
 
 LOCK = ".lock"
 TAKEOVER = ".lock.takeover-"  # + the token of the dead lease being taken over
@@ -177,8 +179,12 @@ class RunLock:
             if lease_alive(lease):
                 raise RunLockedError(
                     f"run {name!r} is being run by another driver (host {lease.get('host')}, "
-                    f"pid {lease.get('pid')}); wait for it to finish or pick another RunConfig(name=...)")
-            marker = TAKEOVER + str(lease.get("token"))
+                    f"pid {lease.get('pid')}); wait for it to finish or pick another {setting('name')}")
+            token = stored_token(self.storage.path(LOCK), "token", lease.get("token"))
+            if token is None:
+                raise RunLockedError(f"run {name!r}: its lock {self.storage.path(LOCK)} holds an invalid token, so "
+                                     "trainkit cannot take it over safely; delete that file if no driver runs this run")
+            marker = TAKEOVER + token
             if not create_exclusive(self.storage, marker, self.owner["token"].encode()):
                 raise RunLockedError(f"run {name!r} is being taken over by another driver at the same moment")
             if (_read_lease(self.storage) or {}).get("token") != lease.get("token"):

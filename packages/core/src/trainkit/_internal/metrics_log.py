@@ -14,7 +14,8 @@ import posixpath
 from typing import TYPE_CHECKING, Any
 
 from trainkit._internal.retry import with_retries
-from trainkit._internal.storage import METRICS, is_local
+from trainkit._internal.storage import METRICS, is_local, list_dir, open_input
+from trainkit._internal.untrusted import NotRegularFileError
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -69,16 +70,19 @@ def _append_local(target: str, line: str) -> None:
 
 def read_metrics_log(fs: "pafs.FileSystem", run_path: str) -> list[dict[str, Any]]:
     """Every consolidated report of a run, in order; [] when there is none."""
-    import pyarrow.fs as pafs
+    from trainkit._internal.display import warn
 
     paths = [posixpath.join(run_path, METRICS)]
-    segments = fs.get_file_info(pafs.FileSelector(posixpath.join(run_path, SEGMENTS), allow_not_found=True))
+    segments = list_dir(fs, posixpath.join(run_path, SEGMENTS))
     paths += sorted(info.path for info in segments if info.base_name.endswith(".jsonl"))
     records = []
     for path in paths:
         try:
             text = with_retries("read", path, lambda: _read(fs, path))
         except FileNotFoundError:
+            continue
+        except NotRegularFileError as exc:
+            warn(f"{exc}; its reports are skipped")
             continue
         for line in text.splitlines():
             try:
@@ -91,5 +95,5 @@ def read_metrics_log(fs: "pafs.FileSystem", run_path: str) -> list[dict[str, Any
 
 
 def _read(fs: "pafs.FileSystem", path: str) -> str:
-    with fs.open_input_stream(path) as f:
+    with open_input(fs, path) as f:
         return f.read().decode(errors="replace")

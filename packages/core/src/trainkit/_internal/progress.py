@@ -11,6 +11,7 @@ rank waiting inside a collective is waiting for its peers, not stuck); the drive
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 import threading
 import time
@@ -85,9 +86,39 @@ class ProgressWatch:
         if not stuck:
             return None
         ranks = sorted(stuck)
-        stacks = "\n".join(f"rank {rank}, no progress for {stuck[rank][0]:.0f} s, training thread:\n{stuck[rank][1]}"
-                           for rank in ranks)
+        waiting = [rank for rank in ranks if in_collective(stuck[rank][1])]
+        culprits = [rank for rank in ranks if rank not in waiting] or ranks  # the ranks to look at first
         message = (f"rank(s) {ranks} made no progress (no report() or trainkit collective) for more than "
                    f"{self.timeout_s:g} s (FailureConfig.progress_timeout_s)")
+        if waiting and culprits != ranks:
+            message += (f"; {_ranks(culprits)} {'is' if len(culprits) == 1 else 'are'} not in a collective: look "
+                        f"there; {_ranks(waiting)} {'is' if len(waiting) == 1 else 'are'} waiting in a collective for it")
+        elif waiting:
+            message += "; all of them are waiting in a collective (one they do not all call, or a peer gone)"
+        stacks = "\n".join(f"rank {rank}{' (waiting in a collective)' if rank in waiting else ''}, no progress for "
+                           f"{stuck[rank][0]:.0f} s, training thread:\n{stuck[rank][1]}"
+                           for rank in culprits + [r for r in ranks if r not in culprits])
         return WorkerGroupError(f"{message}\n\n{stacks}", {rank: TimeoutError(message) for rank in ranks},
-                                rank=ranks[0], error_type="WorkerStuck", worker_traceback=stacks)
+                                rank=culprits[0], error_type="WorkerStuck", worker_traceback=stacks)
+
+
+# Where a rank waits for its peers: a frame in a framework's communication layer, or a collective
+# call of an installed package.
+_COLLECTIVE_FILE = re.compile(r"torch/distributed/|deepspeed/comm/|horovod/|jax/_src/distributed|mpi4py/")
+_COLLECTIVE_CALL = re.compile(r"all_?reduce|all_?gather\w*|reduce_scatter\w*|all_to_all\w*|\w*barrier|broadcast\w*")
+_FRAME = re.compile(r'File "([^"]+)", line \d+, in (\S+)')
+
+
+def in_collective(stack: str) -> bool:
+    """Whether a training thread's stack (``traceback.format_stack``) is inside a collective: a frame
+    of torch.distributed (c10d: gloo, nccl), DeepSpeed's or Horovod's comm, or a collective call
+    (all_reduce, barrier, ...) in an installed package."""
+    for path, function in _FRAME.findall(stack):
+        path = path.replace("\\", "/")
+        if _COLLECTIVE_FILE.search(path) or ("-packages/" in path and _COLLECTIVE_CALL.fullmatch(function)):
+            return True
+    return False
+
+
+def _ranks(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"

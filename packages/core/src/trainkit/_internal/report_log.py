@@ -150,6 +150,7 @@ class ReportLog:
             name = with_files[0].checkpoint_name
             path = storage.commit_checkpoint(with_files[0].tmp_path, name, files.values(),
                                              {"index": index, "attempt": state.attempt, "metrics": metrics})
+            faults.point("after_commit", index=index)
             checkpoint = Checkpoint(path, storage.fs)
             state.add_checkpoint(CheckpointRecord(name, index, state.attempt, metrics))
         state.next_report_index = index + 1

@@ -7,6 +7,8 @@ import errno
 import time
 from typing import Callable, TypeVar
 
+from trainkit._internal.untrusted import NotRegularFileError
+
 T = TypeVar("T")
 
 # Errors that retrying cannot fix.
@@ -43,7 +45,7 @@ def with_retries(operation: str, path: str, fn: Callable[[], T], backoff_s: tupl
             return fn()
         except StorageError:
             raise
-        except FileNotFoundError:
+        except (FileNotFoundError, NotRegularFileError):  # retrying finds the same
             raise
         except OSError as exc:
             if getattr(exc, "errno", None) in PERSISTENT or attempt == len(backoff_s):

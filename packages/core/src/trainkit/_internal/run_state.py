@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trainkit._internal import storage as storage_mod
+from trainkit._internal.untrusted import NotRegularFileError, stored_name
 from trainkit.checkpoint import Checkpoint
 from trainkit.config import CheckpointConfig
 
@@ -46,7 +47,7 @@ def _driver_gone(fs: "pafs.FileSystem", run_path: str) -> str | None:
     from trainkit._internal import lock
 
     try:
-        with fs.open_input_stream(posixpath.join(run_path, lock.LOCK)) as f:
+        with storage_mod.open_input(fs, posixpath.join(run_path, lock.LOCK)) as f:
             lease = json.loads(f.read().decode())
     except FileNotFoundError:
         return "its lease is gone"
@@ -105,14 +106,15 @@ class RunState:
         "running" run whose driver is gone reads as "interrupted"."""
         for name in (storage_mod.STATE, storage_mod.STATE + ".prev"):
             try:
-                with fs.open_input_stream(posixpath.join(run_path, name)) as f:
+                with storage_mod.open_input(fs, posixpath.join(run_path, name)) as f:
                     state = cls.from_json(json.loads(f.read().decode()))
+                state.drop_unsafe_names(posixpath.join(run_path, name))
                 if state.status == "running" and (gone := _driver_gone(fs, run_path)):
                     state.status, state.error = "interrupted", f"its driver stopped without finishing the run ({gone})"
                 return state
             except FileNotFoundError:
                 continue
-            except (ValueError, TypeError, KeyError) as exc:
+            except (NotRegularFileError, ValueError, TypeError, KeyError) as exc:
                 logger.warning("trainkit: %s in %s is unreadable (%s); trying the previous copy", name, run_path, exc)
         return None
 
@@ -140,6 +142,14 @@ class RunState:
         if state.checkpoints:
             state.next_report_index = max(state.next_report_index, state.checkpoints[-1].index + 1)
         return state
+
+    def drop_unsafe_names(self, source: str) -> None:
+        """Forget checkpoint names read from ``source`` that are not plain names (``../victim``, an
+        absolute path): each is refused with a warning, so no move or delete ever reaches them."""
+        self.checkpoints = [c for i, c in enumerate(self.checkpoints)
+                            if stored_name(source, f"checkpoints[{i}].name", c.name) is not None]
+        if self.latest_checkpoint is not None and stored_name(source, "latest_checkpoint", self.latest_checkpoint) is None:
+            self.latest_checkpoint = None
 
     # -- checkpoints -----------------------------------------------------------------------------
     def add_checkpoint(self, record: CheckpointRecord) -> None:

@@ -139,6 +139,13 @@ class Session:
                 return storage_mod.hash_tree(uploaded.filesystem, uploaded.path)
             return storage_mod.upload_dir(checkpoint.path, self.storage.fs, tmp_path, **where)
 
+        if mode is not CheckpointUploadMode.NO_UPLOAD and checkpoint_upload_fn is None \
+                and storage_mod.is_local(checkpoint.filesystem):
+            try:
+                storage_mod.local_files(checkpoint.path)  # refuses links and FIFOs before any upload, in any mode
+            except BaseException as exc:
+                failed(exc)
+                raise
         if mode is CheckpointUploadMode.ASYNC:
             self._background(lambda: deliver(upload, in_background=True))
         elif mode is CheckpointUploadMode.SYNC and checkpoint_upload_fn is None and storage_mod.is_local(self.storage.fs):

@@ -20,12 +20,14 @@ pyarrow is imported lazily, so ``import trainkit`` stays light.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import posixpath
 import re
 import shutil
+import stat
 import threading
 import uuid
 from dataclasses import dataclass
@@ -33,9 +35,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from trainkit._internal import faults
+from trainkit._internal.interface import field_label
 from trainkit._internal.naming import validate_name
 from trainkit._internal.redact import redact
 from trainkit._internal.retry import with_retries
+from trainkit._internal.untrusted import NotRegularFileError, describe, open_regular, stored_name, stored_relpath
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -70,7 +74,7 @@ def resolve_filesystem(path: str, filesystem: "pafs.FileSystem | None" = None) -
     try:
         return pafs.FileSystem.from_uri(path)
     except Exception as exc:  # noqa: BLE001 - pyarrow echoes the URI, credentials included
-        raise ValueError(f"storage_path={redact(path)!r} is invalid: {redact(str(exc))}") from None
+        raise ValueError(f"{field_label('storage_path')}={redact(path)!r} is invalid: {redact(str(exc))}") from None
 
 
 def is_local(fs: "pafs.FileSystem") -> bool:
@@ -92,13 +96,74 @@ class FileEntry:
     sha256: str
 
 
-def _walk_local(root: str) -> Iterable[tuple[str, str]]:
-    """(absolute path, relative posix path) of every regular file under ``root``."""
+def open_input(fs: "pafs.FileSystem", path: str) -> Any:
+    """A stream of the stored file ``path``: on a local disk only a regular file, opened so that a
+    FIFO or device never blocks the reader (``NotRegularFileError`` instead)."""
+    return open_regular(path) if is_local(fs) else fs.open_input_stream(path)
+
+
+def list_dir(fs: "pafs.FileSystem", path: str, recursive: bool = False, top_may_link: bool = False) -> list:
+    """The entries under ``path`` (none when it is missing), without symbolic links: on a local
+    disk a link in a run directory (or ``path`` itself being one, unless ``top_may_link``: the run
+    directory, which ``preflight`` checks) is never followed, moved or deleted; trainkit warns,
+    naming it and its target, and leaves it alone."""
+    import pyarrow.fs as pafs
+
+    local = is_local(fs)
+    if local and not top_may_link and os.path.islink(path):
+        _warn_link(path)
+        return []
+    infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=recursive))
+    if not local:
+        return infos
+    kept = []
+    for info in infos:
+        if os.path.islink(info.path):
+            _warn_link(info.path)
+        elif not any(os.path.islink(posixpath.join(path, parent)) for parent in _parents(posixpath.relpath(info.path, path))):
+            kept.append(info)
+    return kept
+
+
+def _parents(rel: str) -> list[str]:
+    parts = rel.split("/")[:-1]
+    return ["/".join(parts[:i + 1]) for i in range(len(parts))]
+
+
+def _warn_link(path: str) -> None:
+    from trainkit._internal.display import warn
+
+    warn(f"{path} is a symbolic link (to {os.readlink(path)}); trainkit never follows, moves or deletes "
+         "links in a run directory and leaves it alone", stacklevel=3)
+
+
+class LinkInCheckpointError(ValueError):
+    """A reported checkpoint directory holds a symbolic link or a file that is not a regular file."""
+
+
+def local_files(root: str) -> list[tuple[str, str]]:
+    """(absolute path, relative posix path) of every file under the reported directory ``root``,
+    all of them regular files. The rule, the same on every store: a symbolic link (to a file or a
+    directory) or a FIFO, socket or device in a reported checkpoint is refused with an error naming
+    it (and a link's target) before anything is uploaded; trainkit never copies what a link points to."""
+    if not os.path.isdir(root):
+        raise ValueError(f"checkpoint directory {root!r} does not exist or is not a directory")
+    files = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
-        for filename in sorted(filenames):
-            absolute = os.path.join(dirpath, filename)
-            yield absolute, Path(os.path.relpath(absolute, root)).as_posix()
+        for entry in sorted(dirnames) + sorted(filenames):
+            absolute = os.path.join(dirpath, entry)
+            mode = os.lstat(absolute).st_mode
+            if os.path.islink(absolute):
+                raise LinkInCheckpointError(
+                    f"checkpoint directory {root}: {absolute} is a symbolic link to {os.readlink(absolute)}; "
+                    "trainkit does not follow links in a reported checkpoint (copy the file in instead)")
+            if entry in filenames and not stat.S_ISREG(mode):
+                raise LinkInCheckpointError(f"checkpoint directory {root}: {absolute} is {describe(mode)}, "
+                                            "not a regular file; a checkpoint holds regular files only")
+            if entry in filenames:
+                files.append((absolute, Path(os.path.relpath(absolute, root)).as_posix()))
+    return files
 
 
 def _copy_hashing(src: str, fs: "pafs.FileSystem", target: str) -> tuple[int, str]:
@@ -113,11 +178,10 @@ def _copy_hashing(src: str, fs: "pafs.FileSystem", target: str) -> tuple[int, st
 
 def upload_dir(local_dir: str, fs: "pafs.FileSystem", dest: str, **where: int) -> list[FileEntry]:
     """Copy every file of ``local_dir`` into ``dest`` on ``fs``, hashing as it goes."""
-    if not os.path.isdir(local_dir):
-        raise ValueError(f"checkpoint directory {local_dir!r} does not exist or is not a directory")
+    files = local_files(local_dir)
     entries = []
     with_retries("create", dest, lambda: fs.create_dir(dest, recursive=True))
-    for absolute, rel in _walk_local(local_dir):
+    for absolute, rel in files:
         if rel == MANIFEST:  # a manifest copied from another checkpoint is not ours
             continue
         target = posixpath.join(dest, rel)
@@ -134,11 +198,10 @@ def copy_dir_local(local_dir: str, dest: str, **where: int) -> list[str | tuple[
     """Copy ``local_dir`` into ``dest`` on the local disk at kernel speed; return what ``hash_local``
     (a background thread, off the training thread's clock) hashes: relative paths, or (path, this
     rank's private copy) for a rank other than 0."""
-    if not os.path.isdir(local_dir):
-        raise ValueError(f"checkpoint directory {local_dir!r} does not exist or is not a directory")
+    files = local_files(local_dir)
     copied: list[str | tuple[str, str]] = []
     rank = where.get("rank", 0)
-    for absolute, rel in _walk_local(local_dir):
+    for absolute, rel in files:
         if rel == MANIFEST:
             continue
         target = os.path.join(dest, rel)
@@ -188,14 +251,51 @@ def _size_sha256(path: str) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
-def download_dir(fs: "pafs.FileSystem", src: str, local_dir: str) -> None:
+def download_dir(fs: "pafs.FileSystem", src: str, local_dir: str, fresh: bool = False) -> None:
+    """Copy the files under ``src`` into ``local_dir`` (from a local source: regular files only,
+    never what a link points to). On failure (a full disk) what this call created is removed and
+    the error names both paths, so a retry starts from the space it had (``fresh``: ``local_dir``
+    was made empty for this copy, and goes with it)."""
     import pyarrow.fs as pafs
 
-    os.makedirs(local_dir, exist_ok=True)
-    if is_local(fs):
-        shutil.copytree(src, local_dir, dirs_exist_ok=True)
-    else:
-        pafs.copy_files(src, local_dir, source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+    existed = None if fresh else _local_tree(local_dir)
+    try:
+        os.makedirs(local_dir, exist_ok=True)
+        if is_local(fs):
+            shutil.copytree(src, local_dir, dirs_exist_ok=True, ignore=_not_regular)
+        else:
+            pafs.copy_files(src, local_dir, source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+    except BaseException as exc:
+        _remove_created(local_dir, existed)
+        if isinstance(exc, OSError):
+            raise OSError(exc.errno, f"copying checkpoint {redact(src)} into {local_dir} failed "
+                                     f"({exc.strerror or exc}); the partial copy there was removed", local_dir) from exc
+        raise
+
+
+def _not_regular(directory: str, names: list[str]) -> list[str]:
+    return [n for n in names if os.path.islink(p := os.path.join(directory, n))
+            or not (os.path.isfile(p) or os.path.isdir(p))]
+
+
+def _local_tree(root: str) -> set[str] | None:
+    """Every path under ``root`` (None when it does not exist)."""
+    if not os.path.lexists(root):
+        return None
+    return {os.path.join(d, n) for d, dirs, files in os.walk(root) for n in dirs + files}
+
+
+def _remove_created(root: str, existed: set[str] | None) -> None:
+    """Remove what is under ``root`` and not in ``existed`` (all of ``root`` when it was new)."""
+    if existed is None:
+        shutil.rmtree(root, ignore_errors=True)
+        return
+    for d, dirs, files in os.walk(root, topdown=False):
+        for name in files + dirs:
+            path = os.path.join(d, name)
+            if path not in existed:
+                with contextlib.suppress(OSError):
+                    shutil.rmtree(path) if name in dirs and not os.path.islink(path) else os.unlink(path)
 
 
 def hash_tree(fs: "pafs.FileSystem", root: str) -> list[FileEntry]:
@@ -219,36 +319,47 @@ def hash_file(fs: "pafs.FileSystem", root: str, rel: str) -> FileEntry:
 
 def _sha256(fs: "pafs.FileSystem", path: str) -> str:
     digest = hashlib.sha256()
-    with fs.open_input_stream(path) as f:
+    with open_input(fs, path) as f:
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
 
 
 def read_manifest(fs: "pafs.FileSystem", checkpoint_path: str) -> dict[str, Any] | None:
+    """The checkpoint's manifest; None when it is missing, unreadable, or names a path outside the
+    checkpoint (its ``name`` or a ``files`` entry: refused with a warning naming it)."""
+    source = posixpath.join(checkpoint_path, MANIFEST)
     try:
-        with fs.open_input_stream(posixpath.join(checkpoint_path, MANIFEST)) as f:
+        with open_input(fs, source) as f:
             manifest = json.loads(f.read().decode())
-        return manifest if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) else None
-    except (FileNotFoundError, ValueError):
+    except (FileNotFoundError, NotRegularFileError, ValueError):
         return None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        return None
+    if "name" in manifest and stored_name(source, "name", manifest["name"]) is None:
+        return None
+    if not all(stored_relpath(source, "files", rel) for rel in manifest["files"]):
+        return None
+    return manifest
 
 
 def verify_checkpoint(fs: "pafs.FileSystem", checkpoint_path: str) -> dict[str, Any]:
     """Return the manifest if every file matches it; else raise ``CheckpointCorruptError``."""
     manifest = read_manifest(fs, checkpoint_path)
     if manifest is None:
-        raise CheckpointCorruptError(f"{checkpoint_path}: no readable {MANIFEST}; the checkpoint was never committed")
+        raise CheckpointCorruptError(f"{checkpoint_path}: no readable {MANIFEST} (or one naming paths outside "
+                                     "the checkpoint); the checkpoint was never committed")
     for rel, expected in manifest["files"].items():
-        parts = rel.split("/")
-        if rel.startswith("/") or ".." in parts or "" in parts or "\0" in rel:
-            raise CheckpointCorruptError(f"{checkpoint_path}: manifest entry {rel!r} points outside the checkpoint")
         path = posixpath.join(checkpoint_path, rel)
         try:
+            if not is_local(fs) and fs.get_file_info(path).type == _file_type().Directory:
+                raise NotRegularFileError(f"{path} is a directory, not a regular file")
             actual = _sha256(fs, path)
             size = fs.get_file_info(path).size
         except FileNotFoundError:
             raise CheckpointCorruptError(f"{checkpoint_path}: {rel} is missing") from None
+        except NotRegularFileError as exc:
+            raise CheckpointCorruptError(f"{checkpoint_path}: {rel}: {exc.strerror or exc}") from None
         if size != expected.get("size") or actual != expected.get("sha256"):
             raise CheckpointCorruptError(f"{checkpoint_path}: {rel} does not match its sha256/size in the manifest")
     return manifest
@@ -324,7 +435,7 @@ class RunStorage:
 
     def read_text(self, *parts: str) -> str | None:
         def read() -> str:
-            with self.fs.open_input_stream(self.path(*parts)) as f:
+            with open_input(self.fs, self.path(*parts)) as f:
                 return f.read().decode()
 
         try:
@@ -428,10 +539,7 @@ class RunStorage:
         self.delete_dir(tmp_path)
 
     def _list(self, path: str, recursive: bool = False) -> list:
-        import pyarrow.fs as pafs
-
-        return with_retries("list", path, lambda: self.fs.get_file_info(
-            pafs.FileSelector(path, allow_not_found=True, recursive=recursive)))
+        return with_retries("list", path, lambda: list_dir(self.fs, path, recursive, top_may_link=path == self.run_path))
 
     def committed_checkpoints(self) -> list[dict[str, Any]]:
         """Manifests of the checkpoint directories that were committed (no hash check)."""
@@ -469,7 +577,8 @@ class RunStorage:
                 continue
             if _CHECKPOINT_DIR.fullmatch(info.base_name) and read_manifest(self.fs, info.path) is None:
                 if _exists(self.fs, posixpath.join(info.path, MANIFEST)):
-                    swept.append(self._quarantine(info.path))
+                    if quarantined := self._quarantine(info.path):
+                        swept.append(quarantined)
                 else:
                     self.delete_dir(info.path)
                     swept.append(info.base_name)
@@ -507,12 +616,20 @@ class RunStorage:
             rolled.append(name)
         return rolled
 
-    def _quarantine(self, path: str) -> str:
+    def _quarantine(self, path: str) -> str | None:
+        """Move the checkpoint ``path`` into ``.quarantine/``; None (left in place, with a warning)
+        when ``.quarantine`` is a link or not a directory."""
         import pyarrow.fs as pafs
 
         from trainkit._internal.display import warn
 
-        dest = self.path(QUARANTINE, f"{posixpath.basename(path)}-{uuid.uuid4().hex[:8]}")
+        folder = self.path(QUARANTINE)
+        if is_local(self.fs) and os.path.lexists(folder) and (os.path.islink(folder) or not os.path.isdir(folder)):
+            kind = f"a symbolic link (to {os.readlink(folder)})" if os.path.islink(folder) else "not a directory"
+            warn(f"{folder} is {kind}; {path} (its {MANIFEST} is damaged) stays where it is, and nothing is "
+                 "moved through it")
+            return None
+        dest = posixpath.join(folder, f"{posixpath.basename(path)}-{uuid.uuid4().hex[:8]}")
         if self.renames_atomically:
             with_retries("create", dest, lambda: self.fs.create_dir(posixpath.dirname(dest), recursive=True))
             with_retries("rename", dest, lambda: self.fs.move(path, dest))
