@@ -173,3 +173,17 @@ def test_cli_prints_a_diff_writes_with_write_and_exit_status_says_what_was_left(
                                                   "no NCCLHangError)"}]}
     assert main(["migrate", str(tmp_path / "missing.py")]) == 2
     assert "no such file or directory" in capsys.readouterr().err
+
+
+def test_ray_trains_preemption_api_moves_over_with_its_names():
+    assert migrated("""\
+        import ray.train
+        from ray.train.v2.api.preemption import PreemptionInfo
+        config = ray.train.FailureConfig(max_preemption_failures=2, preemption_grace_s=10)
+        info: PreemptionInfo = ray.train.get_preemption_info()
+        """) == code("""\
+        import trainkit
+        from trainkit import PreemptionInfo
+        config = trainkit.FailureConfig(max_preemption_failures=2, preemption_grace_s=10)
+        info: PreemptionInfo = trainkit.get_preemption_info()
+        """)

@@ -80,7 +80,8 @@ class Worker:
         # Ray runs an actor's __init__ in the process's main thread, the only one that may set a
         # handler. SIGTERM is a preemption notice: the driver hears of it and stops this process
         # at the deadline (Ray's own handler would exit at once).
-        signal.signal(signal.SIGTERM, self._on_sigterm)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
         rank = self._context.world_rank if self._context else -1
