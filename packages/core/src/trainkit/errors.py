@@ -80,14 +80,16 @@ class PreemptionError(TrainingFailedError):
     the driver stopped the ranks at the deadline (+ ``preemption_grace_s``), False when they ended
     first; ``__cause__``: what ended the attempt then (a rank's death, say)."""
 
-    def __init__(self, preemption_info: Any, drain_timed_out: bool = False, **details: Any):
-        ranks = preemption_info.preempted_ranks if preemption_info is not None else []
+    def __init__(self, preemption_info: Any, drain_timed_out: bool = False,
+                 worker_failures: dict[int, BaseException] | None = None, **details: Any):
+        ranks = preemption_info.preempted_ranks
         details.setdefault("error_type", "Preempted")
         details.setdefault("rank", ranks[0] if ranks else None)
         super().__init__(f"Training was interrupted by node preemption (preempted_ranks={ranks}, "
                          f"drain_timed_out={drain_timed_out})", **details)
         self.preemption_info = preemption_info
         self.drain_timed_out = drain_timed_out
+        self.worker_failures = dict(worker_failures or {})
 
 
 def __getattr__(name: str) -> Any:

@@ -265,9 +265,9 @@ class AttemptRunner:
             self.reports.relax(survivors)
         deadline = (f"deadline in {info.deadline_ms / 1000 - time.time():.1f} s" if info.deadline_ms
                     else "no deadline given")
-        self.display.note(f"preemption notice for rank(s) {info.preempted_ranks} ({deadline}); restarting after "
-                          f"it{', reports wait only for ranks ' + str(sorted(survivors)) if relaxed else ''}",
-                          logging.INFO)
+        relaxed_note = f"; reports wait only for rank(s) {sorted(survivors)}" if relaxed else ""
+        self.display.note(f"preemption notice for rank(s) {info.preempted_ranks} ({deadline}), sent to every rank; "
+                          f"the attempt ends at the deadline{relaxed_note}", logging.INFO)
 
     def _may_go_on_without(self, rank: int) -> bool:
         """A preempted rank died: with relaxed reports the others still commit, until the deadline."""

@@ -145,9 +145,10 @@ class Controller:
                         err.args = (f"{err}; {decision.reason}",)
                     state.status, state.error = "failed", str(err).split("\n", 1)[0]
                     break
-                ended = f"was preempted ({decision.reason})" if isinstance(err, PreemptionError) else "failed"
-                self.display.note(f"attempt {state.attempt} {ended} ({str(err).splitlines()[0]}); "
-                                  f"restarting from {state.latest_checkpoint or 'scratch'}")
+                why = str(err).splitlines()[0]
+                ended = f"was preempted ({why}; {decision.reason})" if isinstance(err, PreemptionError) \
+                    else f"failed ({why})"
+                self.display.note(f"attempt {state.attempt} {ended}; restarting from {state.latest_checkpoint or 'scratch'}")
                 if decision.show_where:
                     self.display.note(err.worker_traceback)
                 self._next_attempt()

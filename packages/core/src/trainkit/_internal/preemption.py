@@ -133,10 +133,9 @@ class PreemptionWatch:
         return time.time() >= deadline_s + self._grace_s
 
     def error(self, drain_timed_out: bool, cause: BaseException | None = None) -> PreemptionError:
-        worker_failures = getattr(cause, "worker_failures", {})
-        error = PreemptionError(self.info, drain_timed_out, **({"worker_traceback": cause.worker_traceback}
-                                                               if getattr(cause, "worker_traceback", "") else {}))
-        error.worker_failures = worker_failures
+        """The attempt's end; ``cause``: what ended it first (a rank's death, say)."""
+        error = PreemptionError(self.info, drain_timed_out, getattr(cause, "worker_failures", None),
+                                worker_traceback=getattr(cause, "worker_traceback", ""))
         error.__cause__ = cause
         return error
 
