@@ -26,8 +26,7 @@ from trainkit._internal.session import SALVAGE_S, Session, set_session
 from trainkit._internal.worker import call_train_fn, failure_event
 from trainkit.backend import BackendConfig
 from trainkit.config import FailureConfig, ScalingConfig
-from trainkit.context import TrainContext
-from trainkit.context import PreemptionInfo
+from trainkit.context import PreemptionInfo, TrainContext
 from trainkit.errors import ControllerError, PreemptionError, TrainingFailedError, WorkerGroupError
 
 POLL_S = 2.0  # a worker answers a poll at least this often (heartbeat)
