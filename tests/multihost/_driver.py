@@ -205,6 +205,7 @@ class DrainThenReclaim(trainkit.UserCallback):
         try:
             self.cluster.stop_host(self.host)
             self.cluster.start_ray(self.host)
+            self.jit["replaced"] = time.time()
         except Exception as exc:  # noqa: BLE001 - reported to the test
             self.error = repr(exc)
 
@@ -221,7 +222,7 @@ def drain(cluster: Cluster, options: dict) -> dict:
     with result.filesystem.open_input_stream(f"{result.path}/run_state.json") as f:
         failures = json.load(f)["failures"]
     return {"trace": callback.trace, "drain": callback.drain, "jit": callback.jit, "error": callback.error,
-            "failures": failures, "final": result.metrics}
+            "failures": failures, "final": result.metrics, "ended": time.time()}
 
 
 # -- steps/s with and without link latency (tc netem, or the NFQUEUE delayer) -------------------

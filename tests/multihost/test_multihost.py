@@ -52,7 +52,7 @@ def test_a_drained_spot_node_gets_a_notice_on_every_rank_the_jit_checkpoint_comm
     """Ray Train 2.60's preemption pattern across hosts: `ray drain-node` of the far host's node with
     a 60 s deadline (what the autoscaler and KubeRay do on a spot termination notice); the host is
     terminated once the just-in-time checkpoint committed, and a replacement joins."""
-    out = drive("drain", deadline_s=60)
+    out = drive("drain", deadline_s=60, timeout_s=480)  # two attempts and a host's Ray restarted
     assert out["error"] is None
     jit, drain = out["jit"], out["drain"]
     assert jit is not None, out["trace"]
@@ -64,7 +64,8 @@ def test_a_drained_spot_node_gets_a_notice_on_every_rank_the_jit_checkpoint_comm
     assert drain["before"] * 1000 + 60_000 - 5 <= deadline_ms <= drain["after"] * 1000 + 60_000
     assert jit["committed"] * 1000 < deadline_ms
     print(f"notice at step {ranks[0]['step']}; JIT checkpoint committed {jit['committed'] - drain['after']:.2f} s "
-          f"after the drain, {deadline_ms / 1000 - jit['committed']:.1f} s before its deadline")
+          f"after the drain, {deadline_ms / 1000 - jit['committed']:.1f} s before its deadline; replacement host up "
+          f"{jit['replaced'] - jit['committed']:.1f} s later, run finished {out['ended'] - jit['replaced']:.1f} s after that")
     # the restart was a preemption (max_failures=0 untouched), from the JIT checkpoint, on both hosts again
     assert [f["type"] for f in out["failures"]] == ["Preempted"], out["failures"]
     resumed = [(step, ips) for attempt, step, ips in out["trace"] if attempt == 1]
