@@ -219,6 +219,8 @@ def drain(cluster: Cluster, options: dict) -> dict:
         until_preempted_fn, scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 1}),
         run_config=RunConfig(name="drain", storage_path=options["storage"], verbose=0, callbacks=[callback],
                              failure_config=FailureConfig(max_failures=0))).fit()
+    if callback.reclaimed is not None:
+        callback.reclaimed.join()
     with result.filesystem.open_input_stream(f"{result.path}/run_state.json") as f:
         failures = json.load(f)["failures"]
     return {"trace": callback.trace, "drain": callback.drain, "jit": callback.jit, "error": callback.error,
