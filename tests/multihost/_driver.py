@@ -5,6 +5,7 @@ on a real cluster. Prints one line, ``RESULT <json>``, for the test to check.
 
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -150,6 +151,82 @@ def elastic(cluster: Cluster, options: dict) -> dict:
             "final": result.metrics}
 
 
+# -- a spot node reclaimed: drained with a deadline, then terminated, and replaced --------------------
+
+def until_preempted_fn(config):
+    """Steps until the run is preempted; at the notice a just-in-time checkpoint (every rank's file);
+    the next attempt runs 3 steps from it."""
+    context = trainkit.get_context()
+    attempt, start = context.get_attempt(), resume()
+    saved = False
+    for step in range(start, start + (3 if attempt else 100_000)):
+        metrics = {"step": step, "start": start, "attempt": attempt, "ip": node_ip()}
+        info = trainkit.get_preemption_info()
+        if info is not None and not saved:
+            saved = True
+            write_checkpoint(step, {**metrics, "jit": True, "deadline_ms": info.deadline_ms,
+                                    "ranks": info.preempted_ranks, "nodes": info.preempted_node_ids})
+            continue
+        trainkit.report(metrics)
+        time.sleep(0.05)
+
+
+class DrainThenReclaim(trainkit.UserCallback):
+    """At attempt 0's third report, drains the second host's node as the autoscaler does on a spot
+    termination notice (``ray drain-node --reason=DRAIN_NODE_REASON_PREEMPTION`` with a deadline);
+    once the just-in-time checkpoint committed, the host is terminated (every process killed) and a
+    replacement joins (``ray start`` again)."""
+
+    def __init__(self, cluster: Cluster, deadline_s: int):
+        self.cluster, self.host, self.deadline_s = cluster, cluster.hosts[1], deadline_s
+        self.trace, self.drain, self.jit, self.reclaimed, self.error = [], None, None, None, None
+
+    def after_report(self, run_context, metrics, checkpoint):
+        self.trace.append((run_context.attempt, metrics[0]["step"], sorted({m["ip"] for m in metrics})))
+        if run_context.attempt == 0 and self.drain is None and metrics[0]["step"] >= 2:
+            self.drain = self.drain_node()
+        if metrics[0].get("jit") and checkpoint is not None and self.jit is None:
+            self.jit = {"committed": time.time(), "metrics": metrics}
+            self.reclaimed = threading.Thread(target=self.reclaim)  # ray start takes seconds: not here
+            self.reclaimed.start()
+
+    def drain_node(self) -> dict:
+        import ray
+
+        node_id = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeManagerAddress"] == self.host.ip)
+        before = time.time()
+        subprocess.run([os.path.join(os.path.dirname(self.cluster.python), "ray"), "drain-node",
+                        f"--address={self.cluster.ray_address}", f"--node-id={node_id}",
+                        "--reason=DRAIN_NODE_REASON_PREEMPTION", "--reason-message=spot termination notice",
+                        f"--deadline-remaining-seconds={self.deadline_s}"], check=True, capture_output=True)
+        return {"node_id": node_id, "before": before, "after": time.time()}
+
+    def reclaim(self):
+        try:
+            self.cluster.stop_host(self.host)
+            self.cluster.start_ray(self.host)
+            self.jit["replaced"] = time.time()
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            self.error = repr(exc)
+
+
+def drain(cluster: Cluster, options: dict) -> dict:
+    from trainkit._internal import worker_group
+
+    worker_group.PLACEMENT_TIMEOUT_S = 180  # the next attempt waits for the replacement host
+    callback = DrainThenReclaim(cluster, options["deadline_s"])
+    result = DataParallelTrainer(
+        until_preempted_fn, scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 1}),
+        run_config=RunConfig(name="drain", storage_path=options["storage"], verbose=0, callbacks=[callback],
+                             failure_config=FailureConfig(max_failures=0))).fit()
+    if callback.reclaimed is not None:
+        callback.reclaimed.join()
+    with result.filesystem.open_input_stream(f"{result.path}/run_state.json") as f:
+        failures = json.load(f)["failures"]
+    return {"trace": callback.trace, "drain": callback.drain, "jit": callback.jit, "error": callback.error,
+            "failures": failures, "final": result.metrics, "ended": time.time()}
+
+
 # -- steps/s with and without link latency (tc netem, or the NFQUEUE delayer) -------------------
 
 def steps_fn(config):
@@ -186,5 +263,5 @@ def latency(cluster: Cluster, options: dict) -> dict:
 if __name__ == "__main__":
     cluster = Cluster.load(sys.argv[1])
     scenario, options = sys.argv[2], json.loads(sys.argv[3])
-    print("RESULT " + json.dumps({"ddp": ddp, "elastic": elastic, "latency": latency}[scenario](cluster, options)),
+    print("RESULT " + json.dumps({"ddp": ddp, "elastic": elastic, "drain": drain, "latency": latency}[scenario](cluster, options)),
           flush=True)

@@ -84,15 +84,16 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def drive(cluster):
-    """``drive(scenario, **options)``: runs _driver.py's scenario on the head host; returns its result."""
+    """``drive(scenario, timeout_s=240, **options)``: runs _driver.py's scenario on the head host;
+    returns its result."""
     hosts, storage = cluster
 
-    def run(scenario: str, **options):
+    def run(scenario: str, timeout_s: float = 240, **options):
         env = hosts.env(RAY_ADDRESS=hosts.ray_address, TRAINKIT_VERBOSE="0")
         args = [hosts.python, str(DRIVER), str(Path(hosts.root, "cluster.json")), scenario,
                 json.dumps({"storage": storage, **options})]
         try:
-            done = hosts.head.run(*args, check=False, timeout=240, env=env)
+            done = hosts.head.run(*args, check=False, timeout=timeout_s, env=env)
         except subprocess.TimeoutExpired as exc:
             pytest.fail(f"the {scenario} driver timed out:\n{exc.stdout[-3000:] if exc.stdout else ''}\n"
                         f"{exc.stderr[-5000:] if exc.stderr else ''}")

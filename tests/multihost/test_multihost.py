@@ -48,6 +48,31 @@ def test_a_host_whose_link_goes_down_is_dropped_and_rejoins(drive, tmp_path):
     assert all(after <= before + 1 for before, after in zip(epochs, epochs[1:]))
 
 
+def test_a_drained_spot_node_gets_a_notice_on_every_rank_the_jit_checkpoint_commits_before_the_deadline(drive):
+    """Ray Train 2.60's preemption pattern across hosts: `ray drain-node` of the far host's node with
+    a 60 s deadline (what the autoscaler and KubeRay do on a spot termination notice); the host is
+    terminated once the just-in-time checkpoint committed, and a replacement joins."""
+    out = drive("drain", deadline_s=60, timeout_s=480)  # two attempts and a host's Ray restarted
+    assert out["error"] is None
+    jit, drain = out["jit"], out["drain"]
+    assert jit is not None, out["trace"]
+    ranks = jit["metrics"]
+    # every rank saw the same notice at the same step: the far node, its rank, the drain's deadline
+    assert ranks[0]["step"] == ranks[1]["step"] and ranks[0]["deadline_ms"] == ranks[1]["deadline_ms"]
+    assert ranks[0]["nodes"] == [drain["node_id"]] and ranks[0]["ranks"] == [1]
+    deadline_ms = ranks[0]["deadline_ms"]
+    assert drain["before"] * 1000 + 60_000 - 5 <= deadline_ms <= drain["after"] * 1000 + 60_000
+    assert jit["committed"] * 1000 < deadline_ms
+    print(f"notice at step {ranks[0]['step']}; JIT checkpoint committed {jit['committed'] - drain['after']:.2f} s "
+          f"after the drain, {deadline_ms / 1000 - jit['committed']:.1f} s before its deadline; replacement host up "
+          f"{jit['replaced'] - jit['committed']:.1f} s later, run finished {out['ended'] - jit['replaced']:.1f} s after that")
+    # the restart was a preemption (max_failures=0 untouched), from the JIT checkpoint, on both hosts again
+    assert [f["type"] for f in out["failures"]] == ["Preempted"], out["failures"]
+    resumed = [(step, ips) for attempt, step, ips in out["trace"] if attempt == 1]
+    assert resumed[0][0] == ranks[0]["step"] + 1 and resumed[-1][1] == [HEAD, WORKER]
+    assert out["final"]["step"] == ranks[0]["step"] + 3
+
+
 def test_link_latency_does_not_slow_the_report_path(cluster, drive):
     """20 ms on each host's outgoing link: ``tc netem`` where the kernel has it, else iptables sends
     the link's packets to an NFQUEUE whose userspace delayer (_delay.py) holds each for 20 ms."""

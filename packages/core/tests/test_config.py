@@ -113,17 +113,31 @@ def test_ray_train_run_config_fields():
         RunConfig(sync_config={"sync_period": 1})
 
 
-@pytest.mark.parametrize("field, value", [("max_preemption_failures", 3), ("relax_collectives_on_preemption", True),
-                                          ("preemption_grace_s", 5.0)])
-def test_ray_train_preemption_settings_are_refused_naming_max_failures(field, value):
-    with pytest.raises(ValueError, match=f"{field}=.*max_failures"):
+def test_ray_train_preemption_settings_with_ray_defaults():
+    config = FailureConfig(max_preemption_failures=3, relax_collectives_on_preemption=True, preemption_grace_s=5)
+    assert (config.max_preemption_failures, config.relax_collectives_on_preemption, config.preemption_grace_s) \
+        == (3, True, 5.0)
+    default = FailureConfig()
+    assert (default.max_preemption_failures, default.relax_collectives_on_preemption, default.preemption_grace_s) \
+        == (-1, False, 0.0)  # Ray Train 2.60's
+
+
+@pytest.mark.parametrize("field, value, allowed", [
+    ("max_preemption_failures", -2, "an int >= -1"), ("max_preemption_failures", 1.5, "an int >= -1"),
+    ("max_preemption_failures", True, "an int >= -1"), ("relax_collectives_on_preemption", 1, "True or False"),
+    ("preemption_grace_s", -1, "a finite number >= 0"), ("preemption_grace_s", float("inf"), "a finite number >= 0"),
+    ("preemption_grace_s", "5", "a finite number >= 0")])
+def test_bad_preemption_settings_name_the_field_and_what_is_allowed(field, value, allowed):
+    with pytest.raises(ValueError, match=f"{field}={value!r} is invalid: expected {allowed}"):
         FailureConfig(**{field: value})
 
 
-def test_get_preemption_info_refuses_naming_max_failures(tmp_path):
+def test_get_preemption_info_is_none_without_a_preemption(tmp_path):
     def train_fn():
-        trainkit.get_preemption_info()
+        return trainkit.get_preemption_info()
 
-    with pytest.raises(trainkit.WorkerGroupError, match="max_failures"):
-        trainkit.DataParallelTrainer(train_fn, scaling_config=ScalingConfig(num_workers=0),
-                                     run_config=RunConfig(storage_path=str(tmp_path), verbose=0)).fit()
+    result = trainkit.DataParallelTrainer(train_fn, scaling_config=ScalingConfig(num_workers=0),
+                                          run_config=RunConfig(storage_path=str(tmp_path), verbose=0)).fit()
+    assert result.return_value is None
+    with pytest.raises(RuntimeError, match="get_preemption_info"):
+        trainkit.get_preemption_info()  # outside a training function

@@ -33,11 +33,20 @@ def test_an_elastic_resize_restarts_at_its_size_and_is_not_a_failure():
     assert FailurePolicy(max_failures=1).decide(FAILED).size is None
 
 
-def test_a_preemption_is_a_failure_like_any_other():
-    """No separate preemption budget (FailureConfig refuses Ray's max_preemption_failures)."""
-    policy = FailurePolicy(max_failures=1)
-    assert policy.decide(Outcome(error_type="WorkerDied", failed=True)).action == "retry"
-    assert policy.decide(Outcome(error_type="WorkerDied", failed=True)).action == "give_up"
+def test_a_preemption_has_its_own_budget_as_in_ray_train():
+    policy = FailurePolicy(max_failures=0, max_preemption_failures=1)
+    preempted = Outcome(error_type="Preempted", failed=True, preempted=True)
+    assert policy.decide(preempted).reason == "preemption 1 of FailureConfig.max_preemption_failures=1"
+    decision = policy.decide(preempted)
+    assert (decision.action, decision.reason) == (
+        "give_up", "preemption 2 of FailureConfig.max_preemption_failures=1: no retries left")
+    assert policy.failures == 0 and policy.decide(FAILED).action == "give_up"  # max_failures=0 untouched until now
+
+
+def test_max_preemption_failures_defaults_to_unlimited():
+    policy = FailurePolicy(max_failures=0)
+    preempted = Outcome(error_type="Preempted", failed=True, preempted=True)
+    assert {policy.decide(preempted).action for _ in range(20)} == {"retry"}
 
 
 def test_a_stuck_worker_is_retried_showing_where_it_hung():

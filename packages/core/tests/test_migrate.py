@@ -196,3 +196,17 @@ def test_a_needed_module_follows_the_first_import_of_its_scope():
         "import ray\nimport trainkit\nconfig = trainkit.DataConfig()\nimport ray.util\n"
     assert migrated("def f():\n    import ray\n    config = ray.train.DataConfig()\n    import ray.util\n") == \
         "def f():\n    import ray\n    import trainkit\n    config = trainkit.DataConfig()\n    import ray.util\n"
+
+
+def test_ray_trains_preemption_api_moves_over_with_its_names():
+    assert migrated("""\
+        import ray.train
+        from ray.train.v2.api.preemption import PreemptionInfo
+        config = ray.train.FailureConfig(max_preemption_failures=2, preemption_grace_s=10)
+        info: PreemptionInfo = ray.train.get_preemption_info()
+        """) == code("""\
+        import trainkit
+        from trainkit import PreemptionInfo
+        config = trainkit.FailureConfig(max_preemption_failures=2, preemption_grace_s=10)
+        info: PreemptionInfo = trainkit.get_preemption_info()
+        """)

@@ -20,6 +20,7 @@ from trainkit.data import DataConfig
 from trainkit.context import (
     CheckpointConsistencyMode,
     CheckpointUploadMode,
+    PreemptionInfo,
     TrainContext,
     get_all_reported_checkpoints,
     get_checkpoint,
@@ -62,6 +63,7 @@ __all__ = [
     "FailureConfig",
     "LoggingConfig",
     "PreemptionError",
+    "PreemptionInfo",
     "ReportedCheckpoint",
     "ReportedCheckpointStatus",
     "Result",

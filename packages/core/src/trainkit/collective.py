@@ -33,6 +33,26 @@ class _Rendezvous:
     def __init__(self, world_size: int):
         self._world_size = world_size
         self._calls: dict[int, tuple[dict[int, Any], asyncio.Event, set[int]]] = {}
+        self._published: dict[int, tuple[asyncio.Event, list]] = {}  # call -> (set, [value, reads])
+
+    async def publish(self, call: int, value: Any) -> None:
+        """Rank 0's value for its call #call of ``rank_zero_value`` (rank 0 does not wait)."""
+        published, box = self._published.setdefault(call, (asyncio.Event(), [None, 0]))
+        box[0] = value
+        published.set()
+
+    async def rank_zero_value(self, call: int, timeout_s: float) -> Any:
+        """Rank 0's value for call #call, once rank 0 made it."""
+        published, box = self._published.setdefault(call, (asyncio.Event(), [None, 0]))
+        try:
+            await asyncio.wait_for(published.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"call #{call}: rank 0 did not arrive within {timeout_s:g} s (every rank "
+                               "must make the same calls in the same order)") from None
+        box[1] += 1
+        if box[1] == self._world_size - 1:  # every other rank has it
+            del self._published[call]
+        return box[0]
 
     async def exchange(self, call: int, rank: int, value: Any, timeout_s: float) -> dict[int, Any]:
         values, complete, done = self._calls.setdefault(call, ({}, asyncio.Event(), set()))
@@ -58,14 +78,22 @@ def _exchange(caller: str, value: Any, timeout_s: float) -> dict[int, Any]:
         return {0: value}
     import ray
 
-    if session.rendezvous is None:
-        name = f"trainkit-collective-{context.experiment_name}-{context.attempt}"
-        session.rendezvous = ray.remote(num_cpus=0)(_Rendezvous).options(
-            name=name, get_if_exists=True).remote(context.world_size)
     call = session.collective_calls
     session.collective_calls += 1
     with session.progress.waiting_for_peers():
-        return ray.get(session.rendezvous.exchange.remote(call, context.world_rank, value, timeout_s))
+        return ray.get(rendezvous(session).exchange.remote(call, context.world_rank, value, timeout_s))
+
+
+def rendezvous(session: Any) -> Any:
+    """The attempt's rendezvous actor, started by the first rank that needs it."""
+    if session.rendezvous is None:
+        import ray
+
+        context = session.context
+        name = f"trainkit-collective-{context.experiment_name}-{context.attempt}"
+        session.rendezvous = ray.remote(num_cpus=0)(_Rendezvous).options(
+            name=name, get_if_exists=True).remote(context.world_size)
+    return session.rendezvous
 
 
 def barrier(timeout_s: float = DEFAULT_TIMEOUT_S) -> None:

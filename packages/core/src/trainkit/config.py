@@ -220,18 +220,23 @@ class FailureConfig:
             ``None`` turns it off. The default, an hour, is meant never to trip a real job: lower
             it to catch hangs sooner, raise it when a rank can go longer between reports (e.g.
             one report per epoch of more than an hour).
-
-    Ray Train's preemption settings (``max_preemption_failures``, ``relax_collectives_on_preemption``,
-    ``preemption_grace_s``) are refused: a drained node or a SIGTERM'd worker is a failure here,
-    counted in ``max_failures``.
+        max_preemption_failures: how many preemptions (a node drained, a worker SIGTERM'd: see
+            ``trainkit.get_preemption_info``) the run restarts from, counted apart from
+            ``max_failures``; ``-1`` (default, as Ray Train) retries forever, ``0`` fails on the first.
+        relax_collectives_on_preemption: once a preemption is known, a report commits when every rank
+            that is not preempted has made it, so the survivors' just-in-time checkpoint commits even
+            if a preempted rank is gone first. No effect when rank 0 is preempted (its metrics are
+            the report's). Default False.
+        preemption_grace_s: how long the ranks may keep running past the preemption deadline before
+            the driver stops them and restarts (default 0: at the deadline).
     """
 
     max_failures: int = 0
     worker_timeout_s: float = 60.0
     progress_timeout_s: float | None = 3600.0
-    max_preemption_failures: None = None
-    relax_collectives_on_preemption: None = None
-    preemption_grace_s: None = None
+    max_preemption_failures: int = -1
+    relax_collectives_on_preemption: bool = False
+    preemption_grace_s: float = 0.0
 
     def __post_init__(self) -> None:
         _check_int("max_failures", self.max_failures, minimum=-1)
@@ -242,10 +247,9 @@ class FailureConfig:
             except ValueError:
                 raise _bad("progress_timeout_s", self.progress_timeout_s,
                            "None (off) or a finite number of seconds > 0") from None
-        for name in ("max_preemption_failures", "relax_collectives_on_preemption", "preemption_grace_s"):
-            if getattr(self, name) is not None:
-                raise _bad(name, getattr(self, name), "not set: trainkit counts a preemption (node drain, SIGTERM "
-                           "to a worker) as a failure; raise FailureConfig(max_failures=...) to survive it")
+        _check_int("max_preemption_failures", self.max_preemption_failures, minimum=-1)
+        _check_bool("relax_collectives_on_preemption", self.relax_collectives_on_preemption)
+        _check_number("preemption_grace_s", self.preemption_grace_s, minimum=0)
 
 
 @dataclass(frozen=True)

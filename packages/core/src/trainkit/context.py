@@ -12,8 +12,9 @@ from trainkit.checkpoint import Checkpoint, ReportedCheckpoint
 if TYPE_CHECKING:
     from trainkit._internal.session import Session
 
-__all__ = ["CheckpointConsistencyMode", "CheckpointUploadMode", "TrainContext", "get_all_reported_checkpoints",
-           "get_checkpoint", "get_context", "get_dataset_shard", "get_preemption_info", "report", "shard"]
+__all__ = ["CheckpointConsistencyMode", "CheckpointUploadMode", "PreemptionInfo", "TrainContext",
+           "get_all_reported_checkpoints", "get_checkpoint", "get_context", "get_dataset_shard",
+           "get_preemption_info", "report", "shard"]
 
 
 class CheckpointUploadMode(enum.Enum):
@@ -40,6 +41,28 @@ class CheckpointConsistencyMode(enum.Enum):
 
     COMMITTED = "COMMITTED"
     VALIDATED = "VALIDATED"
+
+
+@dataclass(frozen=True)
+class PreemptionInfo:
+    """An imminent preemption (Ray Train's type), from ``get_preemption_info()``.
+
+    Attributes:
+        deadline_ms: the earliest deadline of the preempted nodes, UNIX time in milliseconds; None
+            when none was given (a drain without a deadline).
+        preempted_node_to_ranks: each preempted node's id to the world ranks it takes away.
+    """
+
+    deadline_ms: int | None
+    preempted_node_to_ranks: dict[str, list[int]]
+
+    @property
+    def preempted_node_ids(self) -> list[str]:
+        return sorted(self.preempted_node_to_ranks)
+
+    @property
+    def preempted_ranks(self) -> list[int]:
+        return sorted({rank for ranks in self.preempted_node_to_ranks.values() for rank in ranks})
 
 
 @dataclass(frozen=True)
@@ -176,13 +199,29 @@ def get_all_reported_checkpoints(
     return get_session("get_all_reported_checkpoints").all_reported_checkpoints(timeout_s)
 
 
-def get_preemption_info() -> None:
-    """Ray Train's preemption notice: not in trainkit, which treats a drained node or a SIGTERM'd
-    worker as a failure. Raises, naming what to use instead."""
-    raise NotImplementedError(
-        "trainkit.get_preemption_info() is not supported: trainkit counts a preemption (node drain, SIGTERM "
-        "to a worker) as a failure and restarts from the last committed checkpoint within "
-        "FailureConfig(max_failures=...); report checkpoints regularly and remove this call")
+def get_preemption_info() -> PreemptionInfo | None:
+    """None, or the preemption coming for this run: a node of its workers drained with a deadline
+    (``ray drain-node``, the autoscaler or KubeRay reclaiming a spot node) or a worker process
+    SIGTERM'd (deadline ``$TRAINKIT_SIGTERM_DEADLINE_S``, default 30 s, after the signal).
+
+    Every rank gets the same answer at the same call (rank 0's: the others wait for rank 0 at that
+    call, rank 0 waits for nobody), so call it the same number of times on every rank, e.g. once a
+    step. Save a just-in-time checkpoint and keep training: at the deadline (plus
+    ``FailureConfig.preemption_grace_s``) the driver restarts the run from the latest checkpoint,
+    counted against ``FailureConfig.max_preemption_failures``. A function that returns finishes.
+
+    Example::
+
+        saved = False
+        for step in range(start, steps):
+            train_one_step()
+            if trainkit.get_preemption_info() is not None and not saved:
+                trainkit.report({"step": step}, checkpoint=save(step))  # commits before the deadline
+                saved = True
+    """
+    from trainkit._internal.preemption import agreed_info
+
+    return agreed_info(get_session("get_preemption_info"))
 
 
 def shard(data: Any, rank: int | None = None, world_size: int | None = None) -> Any:

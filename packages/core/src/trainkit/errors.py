@@ -73,9 +73,23 @@ class ControllerError(TrainingFailedError):
 
 
 class PreemptionError(TrainingFailedError):
-    """Ray Train's error for a run stopped by node preemption. trainkit never raises it: a drained
-    node or a SIGTERM'd worker is a failure, retried within ``FailureConfig.max_failures``
-    (catching ``TrainingFailedError`` covers both)."""
+    """The attempt was ended by a preemption (Ray Train's name): a drained node or a SIGTERM'd
+    worker (``trainkit.get_preemption_info()``), or a worker that Ray reports died of one. Counted
+    against ``FailureConfig.max_preemption_failures``, not ``max_failures``; ``fit()`` raises it when
+    that budget is spent. ``preemption_info``: the ``PreemptionInfo``; ``drain_timed_out``: True when
+    the driver stopped the ranks at the deadline (+ ``preemption_grace_s``), False when they ended
+    first; ``__cause__``: what ended the attempt then (a rank's death, say)."""
+
+    def __init__(self, preemption_info: Any, drain_timed_out: bool = False,
+                 worker_failures: dict[int, BaseException] | None = None, **details: Any):
+        ranks = preemption_info.preempted_ranks
+        details.setdefault("error_type", "Preempted")
+        details.setdefault("rank", ranks[0] if ranks else None)
+        super().__init__(f"Training was interrupted by node preemption (preempted_ranks={ranks}, "
+                         f"drain_timed_out={drain_timed_out})", **details)
+        self.preemption_info = preemption_info
+        self.drain_timed_out = drain_timed_out
+        self.worker_failures = dict(worker_failures or {})
 
 
 def __getattr__(name: str) -> Any:

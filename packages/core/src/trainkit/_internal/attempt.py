@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import time
 from collections import deque
@@ -14,9 +15,10 @@ from typing import Any, Callable
 
 from trainkit._internal.debug_relay import DebugRelay
 from trainkit._internal.display import Display
-from trainkit._internal.events import Failed, Finished, Output, Report
+from trainkit._internal.events import Failed, Finished, Output, Preempted, Report
 from trainkit._internal.failure_policy import Outcome
 from trainkit._internal.ingest import datasets_per_rank
+from trainkit._internal.preemption import PreemptionWatch, died_of_preemption
 from trainkit._internal.progress import ProgressWatch
 from trainkit._internal.receiver import EventReceiver, Received
 from trainkit._internal.report_log import ReportLog
@@ -26,8 +28,8 @@ from trainkit._internal.session import SALVAGE_S, Session, set_session
 from trainkit._internal.worker import call_train_fn, failure_event
 from trainkit.backend import BackendConfig
 from trainkit.config import FailureConfig, ScalingConfig
-from trainkit.context import TrainContext
-from trainkit.errors import ControllerError, TrainingFailedError, WorkerGroupError
+from trainkit.context import PreemptionInfo, TrainContext
+from trainkit.errors import ControllerError, PreemptionError, TrainingFailedError, WorkerGroupError
 
 POLL_S = 2.0  # a worker answers a poll at least this often (heartbeat)
 ELASTIC_PLACEMENT_S = 10.0  # an elastic start waits this long for more than min_workers, then tries fewer
@@ -44,7 +46,7 @@ class AttemptResult:
     def outcome(self) -> Outcome:
         """What the failure policy sees of it."""
         return Outcome(error_type=self.error and self.error.error_type, failed=self.error is not None,
-                       resize_to=self.resize_to)
+                       resize_to=self.resize_to, preempted=isinstance(self.error, PreemptionError))
 
 
 def _training_error(event: Failed) -> TrainingFailedError:
@@ -83,6 +85,8 @@ class AttemptRunner:
         self._import_s: list[float] = []
         self._tails: dict[int, deque[str]] = {}  # each rank's last lines of output, this attempt
         self._first_attempt = reports.state.attempt
+        self._preemption: PreemptionWatch | None = None  # the attempt's
+        self._gone: set[int] = set()  # preempted ranks that died while the others went on (relaxed)
 
     @property
     def state(self) -> RunState:
@@ -190,6 +194,8 @@ class AttemptRunner:
         unhandled: list[Received] = []
         can_grow = self.scaling.elastic and len(group) < self.scaling.max_workers
         next_check = time.monotonic() + self.scaling.elastic_resize_monitor_interval_s
+        preemption = self._preemption = PreemptionWatch(group.workers, self.failure_config.preemption_grace_s)
+        self._gone = set()
         try:
             while running and outcome.error is None and outcome.resize_to is None:
                 received = receiver.get(timeout=min(POLL_S, timeout_s))
@@ -202,6 +208,11 @@ class AttemptRunner:
                             break
                         self._handle(item, outcome, running)
                 self._send_acks(group)
+                preemption.poll_drains()
+                if (news := preemption.take_news()) is not None and outcome.error is None:
+                    self._on_preemption(group, news)
+                if outcome.error is None and running and preemption.deadline_passed():
+                    outcome.error = preemption.error(drain_timed_out=True)
                 now = time.monotonic()
                 # a rank in the debugger, and its peers waiting for it, are neither hung nor stuck
                 debugged = self.debug_relay is not None and self.debug_relay.debugged()
@@ -224,9 +235,10 @@ class AttemptRunner:
                         outcome.resize_to = min(self.scaling.max_workers, len(group) + extra)
         finally:
             queued, outstanding = receiver.stop()
+        failed = outcome.error.rank if outcome.error else None
+        self._count_preemption(outcome)
         if outcome.error is not None or outcome.resize_to is not None:
-            self._salvage_reports(group, unhandled + queued, outstanding,
-                                  failed=outcome.error.rank if outcome.error else None)
+            self._salvage_reports(group, unhandled + queued, outstanding, failed=failed)
             return outcome
         self.reports.drop_unmatched()
         return outcome
@@ -236,7 +248,11 @@ class AttemptRunner:
         import ray
 
         if item.error is not None:
-            if isinstance(item.error, ray.exceptions.RayActorError):
+            if self._may_go_on_without(item.rank):
+                running.discard(item.rank)
+                self._gone.add(item.rank)
+                self.display.note(f"rank {item.rank} is gone (preempted); the other ranks go on until the deadline")
+            elif isinstance(item.error, ray.exceptions.RayActorError):
                 outcome.error = self._died(item.rank, item.error)
             else:  # e.g. an event that cannot be unpickled here
                 outcome.error = WorkerGroupError(f"rank {item.rank}: its events could not be received: {item.error}",
@@ -255,6 +271,44 @@ class AttemptRunner:
             elif isinstance(event, Failed) and outcome.error is None:
                 outcome.error = _training_error(event)
                 outcome.worker_errors[item.rank] = outcome.error
+            elif isinstance(event, Preempted):
+                self._preemption.on_rank(item.rank, event.deadline_ms)
+
+    def _on_preemption(self, group: Any, info: PreemptionInfo) -> None:
+        """A new or wider preemption notice: every rank gets it (``get_preemption_info()``); with
+        ``relax_collectives_on_preemption`` reports stop waiting for the preempted ranks."""
+        for w in group.workers:
+            w.actor.mark_preempted.remote(info)  # a rank that died meanwhile needs none
+        survivors = set(range(len(group))) - set(info.preempted_ranks)
+        relaxed = self.failure_config.relax_collectives_on_preemption and 0 in survivors
+        if relaxed:
+            self.reports.relax(survivors)
+        deadline = (f"deadline in {info.deadline_ms / 1000 - time.time():.1f} s" if info.deadline_ms
+                    else "no deadline given")
+        relaxed_note = f"; reports wait only for rank(s) {sorted(survivors)}" if relaxed else ""
+        self.display.note(f"preemption notice for rank(s) {info.preempted_ranks} ({deadline}), sent to every rank; "
+                          f"the attempt ends at the deadline{relaxed_note}", logging.INFO)
+
+    def _may_go_on_without(self, rank: int) -> bool:
+        """A preempted rank died: with relaxed reports the others still commit, until the deadline."""
+        return bool(self._preemption and self._preemption.is_preempted(rank) and self.reports.required_ranks
+                    and rank not in self.reports.required_ranks)
+
+    def _count_preemption(self, outcome: AttemptResult) -> None:
+        """An attempt that ends during a preemption, short of finishing, ends by it: a rank's error
+        then is the preemption's (peers of a preempted rank fail with it), counted against
+        ``max_preemption_failures``; so is a death Ray marks as a preemption without a notice."""
+        error, watch = outcome.error, self._preemption
+        if isinstance(error, PreemptionError) or outcome.resize_to is not None:
+            return
+        if error is None:
+            if self._gone:  # the others finished without the preempted ranks
+                outcome.error = watch.error(drain_timed_out=False)
+            return
+        if watch.info is None and died_of_preemption(error):
+            watch.on_rank(error.rank, None)  # no notice came: the rank's node is all we know
+        if watch.info is not None:
+            outcome.error = watch.error(drain_timed_out=False, cause=error)
 
     def _send_acks(self, group: Any) -> None:
         """Tell the ranks which reports committed, at once (a rank waiting in

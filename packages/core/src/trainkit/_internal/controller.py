@@ -28,6 +28,7 @@ from trainkit.backend import BackendConfig
 from trainkit.callbacks import RunContext
 from trainkit.checkpoint import Checkpoint
 from trainkit.config import RunConfig, ScalingConfig
+from trainkit.errors import PreemptionError
 from trainkit.result import Result
 from trainkit.validation import ValidationConfig
 
@@ -54,7 +55,8 @@ class Controller:
             callback for added in self.plugins.hook.trainkit_default_callbacks(run_config=run_config)
             for callback in added or ())]
         self.validator = validation_config and Validator(validation_config, use_ray=not scaling_config.local_mode)
-        self.policy = FailurePolicy(run_config.failure_config.max_failures)
+        failure_config = run_config.failure_config
+        self.policy = FailurePolicy(failure_config.max_failures, failure_config.max_preemption_failures)
         self.state: RunState | None = None
         self.reports: ReportLog | None = None  # built with the state, by _prepare_state
         self._ray_start_s: float | None = None  # this fit's, shown in its first attempt's profile
@@ -151,10 +153,14 @@ class Controller:
                 self._record_failure(attempt, will_retry=decision.action == "retry")
                 err = attempt.error
                 if decision.action == "give_up":
+                    if isinstance(err, PreemptionError):  # its own budget: say which one ran out
+                        err.args = (f"{err}; {decision.reason}",)
                     state.status, state.error = "failed", str(err).split("\n", 1)[0]
                     break
-                self.display.note(f"attempt {state.attempt} failed ({str(err).splitlines()[0]}); "
-                                  f"restarting from {state.latest_checkpoint or 'scratch'}")
+                why = str(err).splitlines()[0]
+                ended = f"was preempted ({why}; {decision.reason})" if isinstance(err, PreemptionError) \
+                    else f"failed ({why})"
+                self.display.note(f"attempt {state.attempt} {ended}; restarting from {state.latest_checkpoint or 'scratch'}")
                 if decision.show_where:
                     self.display.note(err.worker_traceback)
                 self._next_attempt()

@@ -40,3 +40,11 @@ class Failed:
     message: str
     traceback: str
     exception: BaseException | None = None  # the original, when it pickles
+
+
+@dataclass
+class Preempted:
+    """The rank's process got SIGTERM: it is going away at ``deadline_ms`` (UNIX ms)."""
+
+    rank: int
+    deadline_ms: int

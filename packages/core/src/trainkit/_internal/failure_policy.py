@@ -1,8 +1,8 @@
 """What the driver does after an attempt ends: finish, retry, resize or give up, and why.
 
 Plain data in and out, so the rules are testable without Ray. A preemption (a drained node, a
-SIGTERM'd worker) is a failure like any other, counted against ``FailureConfig.max_failures``;
-Ray Train's separate preemption budget is refused by ``FailureConfig``.
+SIGTERM'd worker: see ``preemption``) has its own budget, ``FailureConfig.max_preemption_failures``,
+as in Ray Train; every other failure counts against ``max_failures``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ class Outcome:
     failed: bool = False
     resize_to: int | None = None  # elastic: stopped to restart at this size (resources returned)
     interrupted: bool = False  # the driver got Ctrl-C
+    preempted: bool = False  # the failure was a preemption's (a PreemptionError)
 
 
 @dataclass(frozen=True)
@@ -33,9 +34,11 @@ class Decision:
 
 
 class FailurePolicy:
-    def __init__(self, max_failures: int):
+    def __init__(self, max_failures: int, max_preemption_failures: int = -1):
         self.max_failures = max_failures  # -1: retry forever
+        self.max_preemption_failures = max_preemption_failures
         self.failures = 0
+        self.preemptions = 0
 
     def decide(self, outcome: Outcome) -> Decision:
         if outcome.interrupted:
@@ -45,9 +48,15 @@ class FailurePolicy:
                             size=outcome.resize_to)
         if not outcome.failed:
             return Decision("finish", "training finished")
-        self.failures += 1
-        limit = "unlimited" if self.max_failures == -1 else str(self.max_failures)
-        counted = f"failure {self.failures} of {setting('max_failures', limit)}"
-        if self.max_failures != -1 and self.failures > self.max_failures:
+        if outcome.preempted:
+            self.preemptions += 1
+            count, budget, what, field = self.preemptions, self.max_preemption_failures, "preemption", \
+                "max_preemption_failures"
+        else:
+            self.failures += 1
+            count, budget, what, field = self.failures, self.max_failures, "failure", "max_failures"
+        limit = "unlimited" if budget == -1 else str(budget)
+        counted = f"{what} {count} of {setting(field, limit)}"
+        if budget != -1 and count > budget:
             return Decision("give_up", f"{counted}: no retries left")
         return Decision("retry", counted, show_where=outcome.error_type == "WorkerStuck")

@@ -8,7 +8,8 @@ import contextlib
 from typing import Any, Iterator
 
 _PYTHON = {"name": "RunConfig", "storage_path": "RunConfig", "max_failures": "FailureConfig",
-           "num_workers": "ScalingConfig", "resources_per_worker": "ScalingConfig"}
+           "max_preemption_failures": "FailureConfig", "num_workers": "ScalingConfig",
+           "resources_per_worker": "ScalingConfig"}
 LAUNCH_FLAGS = {"name": "--name", "storage_path": "--storage-path", "max_failures": "--max-failures",
                 "num_workers": "--nproc", "resources_per_worker": "--cpus-per-worker/--gpus-per-worker"}
 _flags: dict[str, str] = {}  # the command line's, while a `trainkit launch` runs

@@ -44,6 +44,7 @@ class ReportLog:
         self.world_size = 0  # the attempt's, set by its runner
         self.local_session: Session | None = None  # local mode: acknowledgements go straight to it
         self.resumed_from: str | None = None
+        self.required_ranks: set[int] | None = None  # relaxed by a preemption: the ranks a report waits for
         self._pending: dict[int, dict[int, Report]] = {}
         self._acks: dict[int, list] = {}
         self._warned_differing: set[str] = set()  # checkpoint files whose ranks' copies differed
@@ -54,6 +55,7 @@ class ReportLog:
         """Forget the last attempt's incomplete reports and unsent acknowledgements; pick the checkpoint to resume from."""
         self._pending.clear()
         self._acks.clear()
+        self.required_ranks = None
         self.select_resume_checkpoint()
 
     @contextlib.contextmanager
@@ -96,10 +98,24 @@ class ReportLog:
         state.latest_checkpoint = self.resumed_from = None
 
     def on_report(self, report: Report) -> None:
+        if self.required_ranks is not None and report.index < self.state.next_report_index:
+            return  # a preempted rank's copy of a report the others already committed
         self._pending.setdefault(report.index, {})[report.rank] = report
+        self._consolidate_complete()
+
+    def relax(self, ranks: set[int]) -> None:
+        """``relax_collectives_on_preemption``: from now on a report is complete once ``ranks``
+        (the ranks not preempted, rank 0 among them) made it."""
+        self.required_ranks = set(ranks)
+        self._consolidate_complete()
+
+    def _consolidate_complete(self) -> None:
         while self._pending:  # consolidate complete reports strictly in index order
             index = min(self._pending)
-            if len(self._pending[index]) < self.world_size:
+            if self.required_ranks is None:
+                if len(self._pending[index]) < self.world_size:
+                    return
+            elif not self.required_ranks <= self._pending[index].keys():
                 return
             self._consolidate(index, self._pending.pop(index))
 

@@ -57,6 +57,8 @@ class Session:
         self.datasets = datasets or {}
         self.rendezvous: Any = None  # trainkit.collective's actor handle, made by the first call
         self.collective_calls = 0
+        self.preemption_info: Any = None  # this rank's notice (a PreemptionInfo): see _internal/preemption.py
+        self.preemption_calls = 0
         self.progress = Progress()  # reset by report() and collectives: see _internal/progress.py
         self._uploader: ThreadPoolExecutor | None = None
         self._pending: list[Future] = []

@@ -11,13 +11,15 @@ import inspect
 import os
 import pickle
 import queue
+import signal
 import sys
 import threading
 import time
 import traceback
 from typing import Any, Callable
 
-from trainkit._internal.events import Failed, Finished
+from trainkit._internal import preemption
+from trainkit._internal.events import Failed, Finished, Preempted
 from trainkit._internal.rank_output import RankOutput
 from trainkit._internal.session import SALVAGE_S, Session, TrainContext, set_session, set_worker_context
 from trainkit._internal.storage import RunStorage
@@ -74,6 +76,22 @@ class Worker:
         self._context: TrainContext | None = None
         self._hooks = False
         self._train_thread: threading.Thread | None = None
+        self._preemption: Any = None  # the PreemptionInfo the driver sent, for the session
+        # Ray runs an actor's __init__ in the process's main thread, the only one that may set a
+        # handler. SIGTERM is a preemption notice: the driver hears of it and stops this process
+        # at the deadline (Ray's own handler would exit at once).
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        rank = self._context.world_rank if self._context else -1
+        self._events.put(Preempted(rank, preemption.sigterm_deadline_ms()))
+
+    def mark_preempted(self, info: Any) -> None:
+        """The driver's preemption notice (a PreemptionInfo), for ``get_preemption_info()``."""
+        self._preemption = info
+        if self._session is not None:
+            self._session.preemption_info = info
 
     def _import_all(self, modules: tuple[str, ...]) -> None:
         start = time.monotonic()
@@ -121,6 +139,7 @@ class Worker:
         rank = self._context.world_rank
         self._session = Session(self._context, storage, self._events.put, next_index=next_index,
                                 checkpoint=checkpoint, datasets=datasets)
+        self._session.preemption_info = self._preemption
         set_session(self._session)
 
         def run() -> None:
