@@ -5,6 +5,7 @@ The writers are the workers' real upload path (``Session.report``, sync and asyn
 the copy of the run's storage its attempt sent it; the commits and sweeps are the driver's.
 The two-host version, with a real partition, is in tests/multihost."""
 
+import json
 import os
 import pickle
 
@@ -88,3 +89,57 @@ def test_a_zombies_upload_after_retention_deleted_the_checkpoint_is_swept(storag
     report_shard(zombie, tmp_path, b"zombie", CheckpointUploadMode.SYNC)
     storage.sweep()
     assert every_file(storage) == {}
+
+
+def test_a_driver_that_lost_its_lease_writes_nothing(tmp_path):
+    """A driver cut off from storage (or frozen) for longer than the lease lasts is taken over; when
+    it comes back, its commits, state writes, metrics and deletes are refused, not written."""
+    from trainkit._internal import lock
+    from trainkit._internal.metrics_log import MetricsLog
+    from trainkit._internal.storage import STATE
+
+    stale = RunStorage(str(tmp_path / "runs"), "driven")
+    stale.preflight()
+    stale_lock = lock.RunLock(stale)
+    stale_lock.acquire()
+    stale_lock._released.set()  # its heartbeat thread ends: this test beats for it (_renew)
+    stale.fence = stale_lock.check
+    stale.write_json_atomic(STATE, {"by": "stale"})
+    lease = json.loads(stale.read_text(lock.LOCK))  # no heartbeat for longer than STALE_S
+    stale.write_text(lock.LOCK, json.dumps({**lease, "heartbeat": lease["heartbeat"] - lock.STALE_S - 1}))
+
+    new = RunStorage(str(tmp_path / "runs"), "driven")
+    new_lock = lock.RunLock(new)
+    new_lock.acquire()  # takes the run over
+    try:
+        new.fence = new_lock.check
+        new.write_json_atomic(STATE, {"by": "new"})
+        assert not stale_lock._renew()  # the stale driver's next heartbeat finds the new owner
+        metrics = MetricsLog(stale)
+        metrics.append({"index": 0})
+        for write in (lambda: stale.write_json_atomic(STATE, {"by": "stale"}), metrics.flush,
+                      lambda: stale.commit_checkpoint(stale.tmp_checkpoint_path(NAME, 0, 3), NAME, [], {"index": 3}),
+                      lambda: stale.delete_dir(stale.path(NAME))):
+            with pytest.raises(lock.RunLockedError, match="lost its lease .taken over by host"):
+                write()
+        assert json.loads(new.read_text(STATE)) == {"by": "new"}
+        assert not new.exists(NAME) and not new.exists("metrics.jsonl")
+    finally:
+        new_lock.release()
+
+
+def test_a_driver_that_could_not_renew_its_lease_stops_writing(tmp_path):
+    from trainkit._internal import lock
+
+    storage = RunStorage(str(tmp_path / "runs"), "silent")
+    storage.preflight()
+    run_lock = lock.RunLock(storage)
+    run_lock.acquire()
+    try:
+        storage.fence = run_lock.check
+        storage.write_json_atomic("run_state.json", {})
+        run_lock._renewed -= lock.STALE_S  # storage unreachable that long: another driver may take over
+        with pytest.raises(lock.RunLockedError, match="not renewed for 6. s"):
+            storage.write_json_atomic("run_state.json", {})
+    finally:
+        run_lock.release()

@@ -65,6 +65,7 @@ class Controller:
         storage.preflight()  # an unusable storage path fails here, before any worker exists
         lock = RunLock(storage)
         lock.acquire()
+        storage.fence = lock.check  # no write once the lease is lost
         try:
             if not self.scaling.local_mode:
                 from trainkit._internal.ray_runtime import check_can_ever_place, ensure_ray
@@ -80,6 +81,7 @@ class Controller:
             self._interrupted(self.policy.decide(Outcome(interrupted=True)))
         finally:
             lock.release()
+            storage.fence = None
 
     def _interrupted(self, decision: Decision) -> None:
         """Ctrl-C: the attempt's workers are already stopped; record the run as interrupted and

@@ -43,6 +43,8 @@ class FailurePolicy:
                             size=outcome.resize_to)
         if not outcome.failed:
             return Decision("finish", "training finished")
+        if outcome.error_type == "RunLockedError":  # the lease is lost: a retry could only overwrite the new driver
+            return Decision("give_up", "this driver lost the run's lease (RunLockedError): no retries")
         self.failures += 1
         limit = "unlimited" if self.max_failures == -1 else str(self.max_failures)
         counted = f"failure {self.failures} of FailureConfig.max_failures={limit}"

@@ -37,7 +37,7 @@ import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from trainkit._internal import faults
 from trainkit._internal.naming import validate_name
@@ -129,6 +129,7 @@ def upload_dir(local_dir: str, fs: "pafs.FileSystem", dest: str, **where: int) -
         if rel == MANIFEST:  # a manifest copied from another checkpoint is not ours
             continue
         target = posixpath.join(dest, rel)
+        faults.point("before_upload_file", **where)
         if posixpath.dirname(target) != dest:
             fs.create_dir(posixpath.dirname(target), recursive=True)
         size, sha = with_retries("upload", target, lambda: _copy_hashing(absolute, fs, target))
@@ -150,6 +151,7 @@ def copy_dir_local(local_dir: str, dest: str, **where: int) -> list[str | tuple[
         if rel == MANIFEST:
             continue
         target = os.path.join(dest, rel)
+        faults.point("before_upload_file", **where)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         # Ranks may write the same file into one checkpoint: copy to a private name, then rename,
         # so no rank ever hashes a file another rank is halfway through rewriting. Rank 0's copy
@@ -300,6 +302,16 @@ class RunStorage:
         # with this object to the workers: where an upload in place must not go.
         self.swept_dirs: frozenset[str] | None = None
         self.driver_id = uuid.uuid4().hex[:8]  # this driver's, in the names its attempts upload to
+        # The driver's lease check (RunLock.check): raises once this driver may no longer write the
+        # run; called before every commit, state write, metrics flush and delete. Never pickled.
+        self.fence: "Callable[[], None] | None" = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "fence": None}  # a worker holds no lease
+
+    def check_fence(self) -> None:
+        if self.fence is not None:
+            self.fence()
 
     def __repr__(self) -> str:
         return f"RunStorage({redact(self.run_path)!r})"
@@ -380,6 +392,7 @@ class RunStorage:
 
     def write_json_atomic(self, name: str, obj: Any) -> None:
         """Replace ``name`` atomically, keeping the previous version as ``name.prev``."""
+        self.check_fence()
         data = json.dumps(obj, indent=1, sort_keys=True).encode()
         final, prev = self.path(name), self.path(f"{name}.prev")
         tmp = self.path(f"{TMP_PREFIX}{name}.{os.getpid()}.{threading.get_ident()}")  # one per writer
@@ -415,6 +428,7 @@ class RunStorage:
         from then on the new checkpoint is whole, and a previous one of the same name is retired
         only once the new one is in place (a crash in between is rolled forward by ``sweep``).
         """
+        self.check_fence()
         final = self.path(validate_name("checkpoint_dir_name", checkpoint_name))
         in_place = posixpath.dirname(tmp_path) == final  # an attempt's folder in it (upload_path)
         manifest = _dump_manifest({"format": 1, "name": checkpoint_name, **report,
@@ -479,6 +493,7 @@ class RunStorage:
         return sorted(manifests, key=lambda m: m["index"])
 
     def delete_dir(self, path: str) -> None:
+        self.check_fence()
         if not self.renames_atomically:  # subfolders first: SeaweedFS keeps a folder whose subfolder
             for info in self._list(path):  # went with it in one delete_dir, listed but undeletable
                 if info.type == _file_type().Directory:
