@@ -200,7 +200,7 @@ class Cluster:
                      f"--system-config={json.dumps(RAY_SYSTEM_CONFIG)}"]
         else:
             args += [f"--address={self.ray_address}"]
-        done = host.run(*args, check=False, timeout=120, env=self.env())
+        done = host.run(*args, check=False, timeout=300, env=self.env())
         if done.returncode:
             raise RuntimeError(f"ray start on {host.name} failed:\n{done.stdout}\n{done.stderr}")
 

@@ -92,7 +92,7 @@ def drive(cluster):
         args = [hosts.python, str(DRIVER), str(Path(hosts.root, "cluster.json")), scenario,
                 json.dumps({"storage": storage, **options})]
         try:
-            done = hosts.head.run(*args, check=False, timeout=240, env=env)
+            done = hosts.head.run(*args, check=False, timeout=600, env=env)
         except subprocess.TimeoutExpired as exc:
             pytest.fail(f"the {scenario} driver timed out:\n{exc.stdout[-3000:] if exc.stdout else ''}\n"
                         f"{exc.stderr[-5000:] if exc.stderr else ''}")
