@@ -176,12 +176,30 @@ def fence_fn(config):
         step += 1
 
 
+def stray(storage) -> list[str]:
+    """Files of the run no manifest names: temporary ones, or in an attempt folder no manifest names."""
+    import pyarrow.fs as pafs
+
+    from trainkit._internal.storage import read_manifest
+
+    found = []
+    for info in storage.fs.get_file_info(pafs.FileSelector(storage.run_path, recursive=True)):
+        top, _, rest = posixpath.relpath(info.path, storage.run_path).partition("/")
+        folder = rest.split("/")[0]
+        if info.type == pafs.FileType.File and (top.startswith(".tmp-") or folder.startswith(".attempt-") and
+                                                folder != (read_manifest(storage.fs, storage.path(top)) or {}).get("data")):
+            found.append(posixpath.relpath(info.path, storage.run_path))
+    return found
+
+
 class Partition(trainkit.UserCallback):
     """Once rank 1 of attempt 0 holds in its upload, partitions its host off the head (S3 stays
-    reachable); releases the upload once attempt 1 has committed that report."""
+    reachable); releases the upload once attempt 1 has committed that report; once the zombie is
+    done, notes what it left (the end of the run sweeps it)."""
 
-    def __init__(self, cluster: Cluster, markers: str):
-        self.cluster, self.markers, self.cut_error = cluster, markers, None
+    def __init__(self, cluster: Cluster, markers: str, storage):
+        self.cluster, self.markers, self.storage, self.cut_error = cluster, markers, storage, None
+        self.zombie_files: list[str] = []
         self.thread = threading.Thread(target=self.cut, daemon=True)
         self.thread.start()
 
@@ -196,18 +214,19 @@ class Partition(trainkit.UserCallback):
     def after_report(self, run_context, metrics, checkpoint):
         if metrics[0] == {"step": HOLD_AT, "attempt": 1} and checkpoint is not None:
             open(os.path.join(self.markers, "release"), "w").close()
+        if metrics[0] == {"step": HOLD_AT + 2, "attempt": 1}:  # its ranks saw zombie-done before this
+            self.zombie_files = stray(self.storage)
 
 
 def fence(cluster: Cluster, options: dict) -> dict:
-    import pyarrow.fs as pafs
-
-    from trainkit._internal.storage import RunStorage, read_manifest
+    from trainkit._internal.storage import RunStorage
 
     markers = options["markers"]
     os.environ.update(TRAINKIT_FAULT_POINT=f"before_upload_file:rank=1:attempt=0:index={HOLD_AT}",
                       TRAINKIT_FAULT_HOLD=markers)  # forwarded to the workers
-    partition = Partition(cluster, markers)
     name = f"fence-{time.time_ns()}"
+    storage = RunStorage(options["storage"], name)
+    partition = Partition(cluster, markers, storage)
     try:
         result = DataParallelTrainer(
             fence_fn, train_loop_config={"markers": markers},
@@ -227,24 +246,9 @@ def fence(cluster: Cluster, options: dict) -> dict:
         with checkpoint.as_directory() as directory:
             checkpoints[record["name"]] = {name: json.load(open(os.path.join(directory, name)))
                                            for name in sorted(os.listdir(directory)) if name.startswith("rank")}
-    storage = RunStorage(options["storage"], name)
-
-    def stray() -> list[str]:
-        """Files outside what the run's manifests name: temporary, or an attempt folder no manifest names."""
-        found = []
-        for info in storage.fs.get_file_info(pafs.FileSelector(storage.run_path, recursive=True)):
-            top, _, rest = posixpath.relpath(info.path, storage.run_path).partition("/")
-            folder = rest.split("/")[0]
-            if info.type == pafs.FileType.File and (top.startswith(".tmp-") or folder.startswith(".attempt-") and
-                                                    folder != (read_manifest(storage.fs, storage.path(top)) or {}).get("data")):
-                found.append(posixpath.relpath(info.path, storage.run_path))
-        return found
-
-    zombie_files = stray()
-    storage.sweep(record["name"] for record in state["checkpoints"])  # the next start's
     return {"failures": state["failures"], "checkpoints": checkpoints, "cut_error": partition.cut_error,
-            "zombie_done": os.path.exists(os.path.join(markers, "zombie-done")), "zombie_files": zombie_files,
-            "left": stray()}
+            "zombie_done": os.path.exists(os.path.join(markers, "zombie-done")),
+            "zombie_files": partition.zombie_files, "left": stray(storage)}  # swept by the end of the run
 
 
 # -- steps/s with and without link latency (tc netem, or the NFQUEUE delayer) -------------------

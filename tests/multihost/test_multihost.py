@@ -67,7 +67,7 @@ def test_a_partitioned_hosts_late_upload_never_overwrites_a_committed_checkpoint
     assert out["checkpoints"]["checkpoint_000002"]["rank1.json"]["attempt"] == 1, out["checkpoints"]
     assert {c["rank1.json"]["attempt"] for name, c in out["checkpoints"].items() if name >= "checkpoint_000002"} == {1}
     assert [f for f in out["zombie_files"] if f.endswith("rank1.json")], out  # the zombie did write, late
-    assert out["left"] == [], out  # and the next sweep deleted it
+    assert out["left"] == [], out  # and the run's closing sweep deleted it
 
 
 def test_link_latency_does_not_slow_the_report_path(cluster, drive):
