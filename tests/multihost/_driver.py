@@ -5,6 +5,7 @@ on a real cluster. Prints one line, ``RESULT <json>``, for the test to check.
 
 import json
 import os
+import posixpath
 import subprocess
 import sys
 import tempfile
@@ -225,6 +226,104 @@ def drain(cluster: Cluster, options: dict) -> dict:
         failures = json.load(f)["failures"]
     return {"trace": callback.trace, "drain": callback.drain, "jit": callback.jit, "error": callback.error,
             "failures": failures, "final": result.metrics, "ended": time.time()}
+# -- a zombie: the far host partitioned off mid-upload, its rank finishing after attempt 1 committed --
+
+HOLD_AT = 2  # the report whose upload rank 1 of attempt 0 is cut off in
+
+
+def fence_fn(config):
+    context = trainkit.get_context()
+    rank, attempt, markers = context.get_world_rank(), context.get_attempt(), config["markers"]
+    step = resume()
+    while step < HOLD_AT + 3:
+        with tempfile.TemporaryDirectory() as directory:
+            with open(os.path.join(directory, f"rank{rank}.json"), "w") as f:
+                json.dump({"step": step, "attempt": attempt, "ip": node_ip()}, f)
+            trainkit.report({"step": step, "attempt": attempt}, checkpoint=Checkpoint.from_directory(directory))
+        if attempt == 0 and step == HOLD_AT:
+            if rank == 1:  # the zombie: its upload was held until attempt 1 committed this report
+                open(os.path.join(markers, "zombie-done"), "w").close()
+            while True:  # the attempt ends around it (rank 1's node is lost); nothing more of it
+                time.sleep(0.2)
+        if attempt == 1 and step == HOLD_AT + 1:  # report HOLD_AT committed, the zombie released
+            while not os.path.exists(os.path.join(markers, "zombie-done")):
+                time.sleep(0.1)
+        step += 1
+
+
+def stray(storage) -> list[str]:
+    """Files of the run no manifest names: temporary ones, or in an attempt folder no manifest names."""
+    import pyarrow.fs as pafs
+
+    from trainkit._internal.storage import read_manifest
+
+    found = []
+    for info in storage.fs.get_file_info(pafs.FileSelector(storage.run_path, recursive=True)):
+        top, _, rest = posixpath.relpath(info.path, storage.run_path).partition("/")
+        folder = rest.split("/")[0]
+        if info.type == pafs.FileType.File and (top.startswith(".tmp-") or folder.startswith(".attempt-") and
+                                                folder != (read_manifest(storage.fs, storage.path(top)) or {}).get("data")):
+            found.append(posixpath.relpath(info.path, storage.run_path))
+    return found
+
+
+class Partition(trainkit.UserCallback):
+    """Once rank 1 of attempt 0 holds in its upload, partitions its host off the head (S3 stays
+    reachable); releases the upload once attempt 1 has committed that report; once the zombie is
+    done, notes what it left (the end of the run sweeps it)."""
+
+    def __init__(self, cluster: Cluster, markers: str, storage):
+        self.cluster, self.markers, self.storage, self.cut_error = cluster, markers, storage, None
+        self.zombie_files: list[str] = []
+        self.thread = threading.Thread(target=self.cut, daemon=True)
+        self.thread.start()
+
+    def cut(self):
+        try:
+            while not os.path.exists(os.path.join(self.markers, "held")):
+                time.sleep(0.05)
+            self.cluster.set_partition(self.cluster.hosts[1], cut=True)
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            self.cut_error = repr(exc)
+
+    def after_report(self, run_context, metrics, checkpoint):
+        if metrics[0] == {"step": HOLD_AT, "attempt": 1} and checkpoint is not None:
+            open(os.path.join(self.markers, "release"), "w").close()
+        if metrics[0] == {"step": HOLD_AT + 2, "attempt": 1}:  # its ranks saw zombie-done before this
+            self.zombie_files = stray(self.storage)
+
+
+def fence(cluster: Cluster, options: dict) -> dict:
+    from trainkit._internal.storage import RunStorage
+
+    markers = options["markers"]
+    os.environ.update(TRAINKIT_FAULT_POINT=f"before_upload_file:rank=1:attempt=0:index={HOLD_AT}",
+                      TRAINKIT_FAULT_HOLD=markers)  # forwarded to the workers
+    name = f"fence-{time.time_ns()}"
+    storage = RunStorage(options["storage"], name)
+    partition = Partition(cluster, markers, storage)
+    try:
+        result = DataParallelTrainer(
+            fence_fn, train_loop_config={"markers": markers},
+            scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}, placement_strategy="SPREAD"),
+            run_config=RunConfig(name=name, storage_path=options["storage"], verbose=0, callbacks=[partition],
+                                 failure_config=FailureConfig(max_failures=2))).fit()
+    finally:
+        cluster.set_partition(cluster.hosts[1], cut=False)
+        cluster.stop_host(cluster.hosts[1])  # Ray marked the node dead: it rejoins as a new one
+        cluster.start_ray(cluster.hosts[1])
+    with result.filesystem.open_input_stream(f"{result.path}/run_state.json") as f:
+        state = json.load(f)
+    checkpoints = {}
+    for record in state["checkpoints"]:
+        checkpoint = Checkpoint(f"{result.path}/{record['name']}", result.filesystem)
+        checkpoint.verify()  # every file against the manifest the driver wrote
+        with checkpoint.as_directory() as directory:
+            checkpoints[record["name"]] = {name: json.load(open(os.path.join(directory, name)))
+                                           for name in sorted(os.listdir(directory)) if name.startswith("rank")}
+    return {"failures": state["failures"], "checkpoints": checkpoints, "cut_error": partition.cut_error,
+            "zombie_done": os.path.exists(os.path.join(markers, "zombie-done")),
+            "zombie_files": partition.zombie_files, "left": stray(storage)}  # swept by the end of the run
 
 
 # -- steps/s with and without link latency (tc netem, or the NFQUEUE delayer) -------------------
@@ -263,5 +362,5 @@ def latency(cluster: Cluster, options: dict) -> dict:
 if __name__ == "__main__":
     cluster = Cluster.load(sys.argv[1])
     scenario, options = sys.argv[2], json.loads(sys.argv[3])
-    print("RESULT " + json.dumps({"ddp": ddp, "elastic": elastic, "drain": drain, "latency": latency}[scenario](cluster, options)),
+    print("RESULT " + json.dumps({"ddp": ddp, "elastic": elastic, "drain": drain, "fence": fence, "latency": latency}[scenario](cluster, options)),
           flush=True)

@@ -26,9 +26,11 @@ PREFIX = "tkmh"
 RAY_PORT = 6379  # each namespace has its own ports: fixed ones cannot collide with another run
 S3_PORT = 8333
 # a lost node is noticed within ~5 s rather than Ray's default ~30 s, with room for a raylet that
-# answers slowly on a loaded 2-core machine
+# answers slowly on a loaded 2-core machine. A node cut off from the head keeps its processes for
+# 10 minutes (Ray's default: 60 s), as a real machine behind a partition does
 RAY_SYSTEM_CONFIG = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 1000,
-                     "health_check_timeout_ms": 1000, "health_check_failure_threshold": 5}
+                     "health_check_timeout_ms": 1000, "health_check_failure_threshold": 5,
+                     "gcs_rpc_server_reconnect_timeout_s": 600}
 
 
 def sh(*args: str, check: bool = True, timeout: float = 60, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -72,9 +74,10 @@ class Cluster:
 
     def env(self, **extra: str) -> dict:
         """The environment of every process of the cluster: Ray's token authentication, with this
-        cluster's own token (never the user's ~/.ray/auth_token)."""
+        cluster's own token (never the user's ~/.ray/auth_token); a node registering slowly on a
+        loaded machine is waited for (Ray gives up after 30 s by default)."""
         return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": f"{self.root}/auth_token",
-                "RAY_USAGE_STATS_ENABLED": "0", **extra}
+                "RAY_USAGE_STATS_ENABLED": "0", "RAY_raylet_start_wait_time_s": "300", **extra}
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
@@ -111,6 +114,24 @@ class Cluster:
     def set_link(self, host: Host, up: bool) -> None:
         """Unplug (or plug back) a host's cable: its port on the bridge goes down."""
         sh("ip", "netns", "exec", self.switch, "ip", "link", "set", host.link + "b", "up" if up else "down")
+
+    def set_partition(self, host: Host, cut: bool, open_port: int = S3_PORT) -> None:
+        """Cut ``host`` off from the head host except for TCP to ``open_port`` (the S3 server, which
+        stands in for a storage service reached another way), or heal that. The cut drops what
+        ``host`` sends to the head (an htb class whose queue holds nothing: this kernel has no tc
+        drop action), so no connection either way gets an answer."""
+        host.run("tc", "qdisc", "del", "dev", host.link, "root", check=False)
+        if not cut:
+            return
+        to_head = ["protocol", "ip", "u32", "match", "ip", "dst", f"{self.head.ip}/32"]
+        for args in (["qdisc", "add", "dev", host.link, "root", "handle", "1:", "htb", "default", "10"],
+                     ["class", "add", "dev", host.link, "parent", "1:", "classid", "1:10", "htb", "rate", "10gbit"],
+                     ["class", "add", "dev", host.link, "parent", "1:", "classid", "1:20", "htb", "rate", "10gbit"],
+                     ["qdisc", "add", "dev", host.link, "parent", "1:20", "handle", "20:", "pfifo", "limit", "0"],
+                     ["filter", "add", "dev", host.link, "parent", "1:", "prio", "1", *to_head, "match", "ip",
+                      "protocol", "6", "0xff", "match", "ip", "dport", str(open_port), "0xffff", "flowid", "1:10"],
+                     ["filter", "add", "dev", host.link, "parent", "1:", "prio", "2", *to_head, "flowid", "1:20"]):
+            host.run("tc", *args)
 
     def set_delay(self, delay_ms: int) -> str:
         """``delay_ms`` on every host's outgoing traffic (a round trip gains 2x ``delay_ms``); 0
@@ -179,7 +200,7 @@ class Cluster:
                      f"--system-config={json.dumps(RAY_SYSTEM_CONFIG)}"]
         else:
             args += [f"--address={self.ray_address}"]
-        done = host.run(*args, check=False, timeout=120, env=self.env())
+        done = host.run(*args, check=False, timeout=300, env=self.env())
         if done.returncode:
             raise RuntimeError(f"ray start on {host.name} failed:\n{done.stdout}\n{done.stderr}")
 

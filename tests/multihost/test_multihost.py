@@ -73,6 +73,28 @@ def test_a_drained_spot_node_gets_a_notice_on_every_rank_the_jit_checkpoint_comm
     assert out["final"]["step"] == ranks[0]["step"] + 3
 
 
+@pytest.mark.parametrize("store", ["s3", "shared disk"])
+def test_a_partitioned_hosts_late_upload_never_overwrites_a_committed_checkpoint(cluster, drive, tmp_path, store):
+    """Rank 1's host is partitioned off the head as it uploads report 2 (S3 stays reachable: it stands
+    in for a storage service elsewhere); attempt 1 commits report 2, then the cut-off rank (a
+    zombie: Ray marked its node dead, its process lives) finishes that upload. Attempt 1's files stay."""
+    hosts, _ = cluster
+    storage = {"s3": None, "shared disk": f"{hosts.root}/runs"}[store]
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    out = drive("fence", markers=str(markers), **({"storage": storage} if storage else {}))
+    assert out["cut_error"] is None and out["zombie_done"], out
+    [failure] = out["failures"]
+    assert failure["type"] == "WorkerDied" and failure["rank"] == 1, failure
+    assert f"node {WORKER}" in failure["message"] and "unreachable" in failure["message"], failure
+    assert "out of memory" not in failure["message"], failure
+    # every committed checkpoint verified; report 2's files are attempt 1's, not the zombie's
+    assert out["checkpoints"]["checkpoint_000002"]["rank1.json"]["attempt"] == 1, out["checkpoints"]
+    assert {c["rank1.json"]["attempt"] for name, c in out["checkpoints"].items() if name >= "checkpoint_000002"} == {1}
+    assert [f for f in out["zombie_files"] if f.endswith("rank1.json")], out  # the zombie did write, late
+    assert out["left"] == [], out  # and the run's closing sweep deleted it
+
+
 def test_link_latency_does_not_slow_the_report_path(cluster, drive):
     """20 ms on each host's outgoing link: ``tc netem`` where the kernel has it, else iptables sends
     the link's packets to an NFQUEUE whose userspace delayer (_delay.py) holds each for 20 ms."""

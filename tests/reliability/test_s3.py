@@ -2,6 +2,7 @@
 
 import json
 import os
+import posixpath
 import time
 import uuid
 
@@ -80,11 +81,13 @@ def test_s3_upload_in_place_cut_short_is_swept_and_never_loaded(s3_server, tmp_p
     assert storage.upload_path("checkpoint_000000", 0, 0, reused=False).endswith(".tmp-checkpoint_000000-0-0")
     storage.sweep()  # what an attempt's start does: now the driver knows what storage holds
     place = storage.upload_path("checkpoint_000000", 0, 0, reused=False)
-    assert place == storage.path("checkpoint_000000")
+    assert place == storage.path("checkpoint_000000", f".attempt-0-{storage.driver_id}")  # the attempt's own folder
     upload_dir(str(tmp_path), storage.fs, place)  # a crash here: files, no manifest
     assert storage.committed_checkpoints() == []
     assert storage.sweep() == ["checkpoint_000000"] and not storage.exists("checkpoint_000000")
+    upload_dir(str(tmp_path), storage.fs, place)
     storage.commit_checkpoint(place, "checkpoint_000000", [], {"index": 0})
+    assert trainkit.Checkpoint(storage.path("checkpoint_000000"), storage.fs).verify()["data"] == posixpath.basename(place)
     storage.sweep()
     assert storage.upload_path("checkpoint_000000", 1, 0, reused=False) != place  # committed: never written over
     assert storage.upload_path("checkpoint_000001", 1, 1, reused=True) != storage.path("checkpoint_000001")

@@ -221,7 +221,10 @@ def test_r16_s3_driver_killed_before_committing_a_checkpoint_uploaded_in_place(s
         return sorted(posixpath.relpath(i.path, run) for i in fs.get_file_info(
             pafs.FileSelector(run, recursive=True)) if "checkpoint" in i.path)
 
-    assert "checkpoint_000002/blob.bin" in listed() and "checkpoint_000002/.manifest.json" not in listed()
+    in_place = [p for p in listed() if p.startswith("checkpoint_000002/")]  # in its attempt's folder, no manifest
+    assert [p for p in in_place if p.endswith("/blob.bin")] == [f"checkpoint_000002/.attempt-0-{p.split('-')[-1]}"
+                                                                 "/blob.bin" for p in in_place if p.count("/") == 1]
+    assert not [p for p in in_place if p.endswith(".manifest.json")], in_place
     assert not [p for p in listed() if p.startswith(".tmp-")], listed()  # no copy of it anywhere
     second = run_driver(s3_server["uri"], name, 4)
     assert second.returncode == 0, second.stderr[-3000:]

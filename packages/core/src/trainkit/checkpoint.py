@@ -89,7 +89,8 @@ class Checkpoint:
 
     # -- metadata ------------------------------------------------------------------------------
     def _metadata_path(self) -> str:
-        return posixpath.join(self.path, storage.METADATA)
+        root = self.path if self._is_local() else storage.files_root(self.filesystem, self.path)
+        return posixpath.join(root, storage.METADATA)
 
     def get_metadata(self) -> dict[str, Any]:
         """The checkpoint's JSON metadata (``{}`` when none was set)."""

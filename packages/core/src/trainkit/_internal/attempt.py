@@ -58,6 +58,24 @@ def _training_error(event: Failed) -> TrainingFailedError:
     return error
 
 
+def node_lost(node_id: str) -> str | None:
+    """Why Ray's node table (its GCS) marks the node ``node_id`` dead; None while it is alive."""
+    import ray
+    from ray.core.generated.common_pb2 import NodeDeathInfo
+
+    node = next((n for n in ray.nodes() if n.get("NodeID") == node_id), None)
+    if node is None or node.get("Alive"):
+        return None
+    reason = NodeDeathInfo.Reason.Name(node.get("DeathReason", 0))
+    message = node.get("DeathReasonMessage") or "no reason given"
+    where = f"node {node.get('NodeManagerAddress')} (node id {node_id[:12]})"
+    if "health check" in message:  # the GCS stopped hearing from its raylet
+        return (f"{where} is unreachable: Ray marked it dead ({reason}: {message}); the network to it, or the "
+                "machine, went down. Its worker processes may still run there, cut off (trainkit's commits "
+                "never take an earlier attempt's files)")
+    return f"{where} was lost: Ray marked it dead ({reason}: {message})"
+
+
 def _forwarded_env() -> dict[str, str]:
     """trainkit's own settings follow the driver to its workers."""
     return {k: v for k, v in os.environ.items() if k.startswith("TRAINKIT_")}
@@ -206,7 +224,7 @@ class AttemptRunner:
                         if outcome.error is not None:
                             unhandled = received[i:]
                             break
-                        self._handle(item, outcome, running)
+                        self._handle(item, outcome, running, group)
                 self._send_acks(group)
                 preemption.poll_drains()
                 if (news := preemption.take_news()) is not None and outcome.error is None:
@@ -243,7 +261,7 @@ class AttemptRunner:
         self.reports.drop_unmatched()
         return outcome
 
-    def _handle(self, item: Received, outcome: AttemptResult, running: set[int]) -> None:
+    def _handle(self, item: Received, outcome: AttemptResult, running: set[int], group: Any) -> None:
         """One poll's answer from ``item.rank``: its events in order, or why the poll failed."""
         import ray
 
@@ -253,7 +271,7 @@ class AttemptRunner:
                 self._gone.add(item.rank)
                 self.display.note(f"rank {item.rank} is gone (preempted); the other ranks go on until the deadline")
             elif isinstance(item.error, ray.exceptions.RayActorError):
-                outcome.error = self._died(item.rank, item.error)
+                outcome.error = self._died(item.rank, item.error, group.workers[item.rank].node_id)
             else:  # e.g. an event that cannot be unpickled here
                 outcome.error = WorkerGroupError(f"rank {item.rank}: its events could not be received: {item.error}",
                                                  {item.rank: item.error}, rank=item.rank,
@@ -316,14 +334,17 @@ class AttemptRunner:
         for rank, acks in self.reports.take_acks():
             group.workers[rank].actor.acknowledge.remote(acks)  # a rank that died meanwhile needs none
 
-    def _died(self, rank: int, exc: BaseException) -> WorkerGroupError:
-        """A rank's process is gone (killed: out of memory, SIGKILL, a crash): what it printed last is the clue."""
+    def _died(self, rank: int, exc: BaseException, node_id: str) -> WorkerGroupError:
+        """A rank's process is gone: its node was lost (Ray's node table says why), or it was killed
+        (out of memory, SIGKILL, a crash) and what it printed last is the clue."""
         log = self.storage.path(LOGS, f"attempt_{self.state.attempt}", f"rank_{rank}.txt")
         tail = "\n".join(self._tails.get(rank, ())) or "(none received)"
-        return WorkerGroupError(
-            f"rank {rank} died: its worker process exited unexpectedly ({type(exc).__name__}; killed by the "
-            f"system, e.g. out of memory, or by a signal)\n\nLast output of rank {rank} (all of it: {log}):\n{tail}",
-            {rank: exc}, rank=rank, error_type="WorkerDied")
+        lost = node_lost(node_id)
+        why = (f"died with its node ({type(exc).__name__}): {lost}" if lost else
+               f"died: its worker process exited unexpectedly ({type(exc).__name__}; killed by the system, e.g. "
+               "out of memory, or by a signal)")
+        return WorkerGroupError(f"rank {rank} {why}\n\nLast output of rank {rank} (all of it: {log}):\n{tail}",
+                                {rank: exc}, rank=rank, error_type="WorkerDied")
 
     def _salvage_reports(self, group: Any, received: list[Received], outstanding: dict[Any, int],
                          failed: int | None) -> None:

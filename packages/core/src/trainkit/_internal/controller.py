@@ -69,6 +69,7 @@ class Controller:
         storage.preflight()  # an unusable storage path fails here, before any worker exists
         lock = RunLock(storage)
         lock.acquire()
+        storage.fence = lock.check  # no write once the lease is lost
         try:
             breakpoints = users_hook()
             if not self.scaling.local_mode:
@@ -89,6 +90,7 @@ class Controller:
             if self.debug_relay is not None:
                 self.debug_relay.close()
             lock.release()
+            storage.fence = None
 
     def _interrupted(self, decision: Decision) -> None:
         """Ctrl-C: the attempt's workers are already stopped; record the run as interrupted and

@@ -48,6 +48,8 @@ class FailurePolicy:
                             size=outcome.resize_to)
         if not outcome.failed:
             return Decision("finish", "training finished")
+        if outcome.error_type == "RunLockedError":  # the lease is lost: a retry could only overwrite the new driver
+            return Decision("give_up", "this driver lost the run's lease (RunLockedError): no retries")
         if outcome.preempted:
             self.preemptions += 1
             count, budget, what, field = self.preemptions, self.max_preemption_failures, "preemption", \

@@ -3,6 +3,8 @@
 ``TRAINKIT_FAULT_POINT="before_rename"`` kills the driver just before a checkpoint directory is
 renamed; ``"upload_file:rank=1:attempt=0"`` kills rank 1 of attempt 0 after it uploaded a file.
 ``TRAINKIT_FAULT_SIGNAL=SIGINT`` sends that signal instead (a Ctrl-C at that point).
+With ``TRAINKIT_FAULT_HOLD=<dir>`` the point holds instead of killing: it creates ``<dir>/held``
+and waits until ``<dir>/release`` exists (a writer cut off mid-upload, released when the test says).
 Unset (always, outside tests), a point costs one dictionary lookup.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 
 def point(name: str, **where: int | None) -> None:
@@ -23,4 +26,9 @@ def point(name: str, **where: int | None) -> None:
         key, _, value = condition.partition("=")
         if where.get(key) is None or str(where[key]) != value:
             return
+    if hold := os.environ.get("TRAINKIT_FAULT_HOLD"):
+        open(os.path.join(hold, "held"), "w").close()
+        while not os.path.exists(os.path.join(hold, "release")):
+            time.sleep(0.05)
+        return
     os.kill(os.getpid(), signal.Signals[os.environ.get("TRAINKIT_FAULT_SIGNAL", "SIGKILL")])

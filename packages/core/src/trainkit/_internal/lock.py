@@ -163,6 +163,8 @@ class RunLock:
         self.owner = {"host": socket.gethostname(), "pid": os.getpid(), "token": uuid.uuid4().hex}
         self._released = threading.Event()
         self._took_over: str | None = None  # the takeover marker this driver created
+        self._renewed = time.monotonic()  # when the lease was last written
+        self._lost: str | None = None  # why this driver no longer holds the lease
 
     def _lease_bytes(self) -> bytes:
         return json.dumps({**self.owner, "heartbeat": time.time()}).encode()
@@ -200,20 +202,38 @@ class RunLock:
         # the read-back the fallback of stores without create-if-absent relies on (best effort there)
         if (_read_lease(self.storage) or {}).get("token") != self.owner["token"]:
             raise RunLockedError(f"run {name!r} was claimed by another driver at the same moment")
+        self._renewed = time.monotonic()
         threading.Thread(target=self._keep_fresh, name="trainkit-lease", daemon=True).start()
 
     def _delete(self, name: str) -> None:
         with_retries("delete", self.storage.path(name), lambda: self.storage.delete_file(name))
 
     def _keep_fresh(self) -> None:
-        while not self._released.wait(REFRESH_S):
-            try:
-                lease = _read_lease(self.storage)
-                if lease and lease.get("token") != self.owner["token"]:
-                    return  # taken over (we looked dead): never write over the new owner
-                self.storage.write_text(LOCK, self._lease_bytes().decode())
-            except OSError:
-                pass  # a storage hiccup; the next beat retries
+        while not self._released.wait(REFRESH_S) and self._renew():
+            pass
+
+    def _renew(self) -> bool:
+        """One heartbeat; False once the lease was taken over (we looked dead)."""
+        try:
+            lease = _read_lease(self.storage)
+            if lease and lease.get("token") != self.owner["token"]:
+                self._lost = f"taken over by host {lease.get('host')}, pid {lease.get('pid')}"
+                return False  # never write over the new owner
+            self.storage.write_text(LOCK, self._lease_bytes().decode())
+            self._renewed = time.monotonic()
+        except OSError:
+            pass  # a storage hiccup; the next beat retries
+        return True
+
+    def check(self) -> None:
+        """Raise ``RunLockedError`` once this driver may no longer write the run (the fence for a
+        driver cut off from storage or frozen): its lease was taken over, or it could not renew it
+        for ``STALE_S - REFRESH_S``, after which another driver may take it over at any moment."""
+        silent_s = time.monotonic() - self._renewed
+        why = self._lost or (silent_s > STALE_S - REFRESH_S and f"not renewed for {silent_s:.0f} s")
+        if why:
+            raise RunLockedError(f"run {self.storage.name!r}: this driver lost its lease ({why}), so it "
+                                 "stops writing the run: another driver may be running it")
 
     def release(self) -> None:
         """Give the lease back. Never raises: a lease left behind goes stale by itself, and the

@@ -41,6 +41,8 @@ class MetricsLog:
 
     def flush(self) -> None:
         """Write what was appended; what a failed write left stays for the next flush."""
+        if self._unwritten:
+            self.storage.check_fence()
         while self._unwritten:
             self._unwritten = self._unwritten[self._write(self._unwritten):]
 

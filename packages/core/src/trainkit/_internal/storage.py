@@ -13,7 +13,14 @@ renames the directory into place (local and shared filesystems). Object stores c
 directory, so there the files are copied into place and the manifest is written last: a
 checkpoint directory without a manifest is never loaded and is swept. A default-named checkpoint
 (``checkpoint_000004``) that is not in storage yet skips the copy on object stores: the ranks upload
-straight into place and the commit is the manifest alone (``upload_path``).
+straight into it, into a folder of their attempt's own (``checkpoint_000004/.attempt-1-<driver>/``),
+and the commit is the manifest alone, naming that folder (``"data"``; ``upload_path``).
+
+Fencing: no write of an earlier attempt lands in a committed checkpoint. Every rank writes only
+below a name of its own attempt (a temporary directory, or that attempt's folder), and a commit
+names exactly one attempt's files: a rank cut off from the cluster that finishes its upload after
+a later attempt committed the same checkpoint writes next to it, never over it. Readers go through
+the manifest (``files_root``); the next sweep deletes what such a rank left (``sweep``).
 
 pyarrow is imported lazily, so ``import trainkit`` stays light.
 """
@@ -32,7 +39,7 @@ import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from trainkit._internal import faults
 from trainkit._internal.interface import field_label
@@ -53,6 +60,7 @@ QUARANTINE = ".quarantine"  # checkpoints with a damaged manifest, kept for the 
 _CHUNK = 8 << 20
 _UNHASHED = {MANIFEST, METADATA}  # the manifest can't hash itself; metadata stays editable
 _CHECKPOINT_DIR = re.compile(r"checkpoint_\d+")
+_ATTEMPT_DIR = re.compile(r"\.attempt-\d+-[0-9a-f]+")  # an attempt's files in a checkpoint (upload_path)
 
 
 class CheckpointCorruptError(ValueError):
@@ -185,6 +193,7 @@ def upload_dir(local_dir: str, fs: "pafs.FileSystem", dest: str, **where: int) -
         if rel == MANIFEST:  # a manifest copied from another checkpoint is not ours
             continue
         target = posixpath.join(dest, rel)
+        faults.point("before_upload_file", **where)
         if posixpath.dirname(target) != dest:
             fs.create_dir(posixpath.dirname(target), recursive=True)
         size, sha = with_retries("upload", target, lambda: _copy_hashing(absolute, fs, target))
@@ -205,6 +214,7 @@ def copy_dir_local(local_dir: str, dest: str, **where: int) -> list[str | tuple[
         if rel == MANIFEST:
             continue
         target = os.path.join(dest, rel)
+        faults.point("before_upload_file", **where)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         # Ranks may write the same file into one checkpoint: copy to a private name, then rename,
         # so no rank ever hashes a file another rank is halfway through rewriting. Rank 0's copy
@@ -263,8 +273,12 @@ def download_dir(fs: "pafs.FileSystem", src: str, local_dir: str, fresh: bool = 
         os.makedirs(local_dir, exist_ok=True)
         if is_local(fs):
             shutil.copytree(src, local_dir, dirs_exist_ok=True, ignore=_not_regular)
-        else:
-            pafs.copy_files(src, local_dir, source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+        else:  # the files the manifest commits (an in-place upload's attempt folder), and the manifest
+            local, root = pafs.LocalFileSystem(), files_root(fs, src)
+            pafs.copy_files(root, local_dir, source_filesystem=fs, destination_filesystem=local)
+            if root != src:
+                pafs.copy_files(posixpath.join(src, MANIFEST), os.path.join(local_dir, MANIFEST),
+                                source_filesystem=fs, destination_filesystem=local)
     except BaseException as exc:
         _remove_created(local_dir, existed)
         if isinstance(exc, OSError):
@@ -343,14 +357,28 @@ def read_manifest(fs: "pafs.FileSystem", checkpoint_path: str) -> dict[str, Any]
     return manifest
 
 
+def files_root(fs: "pafs.FileSystem", checkpoint_path: str, manifest: dict[str, Any] | None = None) -> str:
+    """Where the files of the checkpoint at ``checkpoint_path`` are: the folder its manifest's
+    ``data`` names (uploaded in place on an object store: ``upload_path``), else the directory itself."""
+    manifest = read_manifest(fs, checkpoint_path) if manifest is None else manifest
+    data = (manifest or {}).get("data")
+    if data is None:
+        return checkpoint_path
+    if not isinstance(data, str) or not _ATTEMPT_DIR.fullmatch(data):
+        raise CheckpointCorruptError(f"{checkpoint_path}: {MANIFEST} names data={data!r}, expected a folder "
+                                     "like '.attempt-1-0123abcd' inside the checkpoint")
+    return posixpath.join(checkpoint_path, data)
+
+
 def verify_checkpoint(fs: "pafs.FileSystem", checkpoint_path: str) -> dict[str, Any]:
     """Return the manifest if every file matches it; else raise ``CheckpointCorruptError``."""
     manifest = read_manifest(fs, checkpoint_path)
     if manifest is None:
         raise CheckpointCorruptError(f"{checkpoint_path}: no readable {MANIFEST} (or one naming paths outside "
                                      "the checkpoint); the checkpoint was never committed")
+    root = files_root(fs, checkpoint_path, manifest)
     for rel, expected in manifest["files"].items():
-        path = posixpath.join(checkpoint_path, rel)
+        path = posixpath.join(root, rel)
         try:
             if not is_local(fs) and fs.get_file_info(path).type == _file_type().Directory:
                 raise NotRegularFileError(f"{path} is a directory, not a regular file")
@@ -382,6 +410,17 @@ class RunStorage:
         # Directories in the run directory after the last sweep (None: not swept yet), travelling
         # with this object to the workers: where an upload in place must not go.
         self.swept_dirs: frozenset[str] | None = None
+        self.driver_id = uuid.uuid4().hex[:8]  # this driver's, in the names its attempts upload to
+        # The driver's lease check (RunLock.check): raises once this driver may no longer write the
+        # run; called before every commit, state write, metrics flush and delete. Never pickled.
+        self.fence: "Callable[[], None] | None" = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "fence": None}  # a worker holds no lease
+
+    def check_fence(self) -> None:
+        if self.fence is not None:
+            self.fence()
 
     def __repr__(self) -> str:
         return f"RunStorage({redact(self.run_path)!r})"
@@ -401,14 +440,16 @@ class RunStorage:
 
     def upload_path(self, checkpoint_name: str, attempt: int, index: int, reused: bool) -> str:
         """Where the ranks upload report ``index``'s checkpoint: its temporary directory, or on an
-        object store (which would copy every byte again at the commit) the checkpoint's own place
-        when nothing can be there: a default name (``sweep`` deletes such a directory left without
-        a manifest by a crash) that the last sweep did not find and that no earlier report of this
-        attempt took (``reused``). The manifest, written last by the commit, still makes it one."""
+        object store (which would copy every byte again at the commit) this attempt's own folder in
+        the checkpoint's place when no committed checkpoint can be there: a default name (``sweep``
+        deletes such a directory left without a manifest by a crash) that the last sweep did not
+        find and that no earlier report of this attempt took (``reused``). The manifest, written
+        last by the commit, makes it one and names the folder: another attempt's ranks, late, write
+        only into folders of their own (the fence)."""
         if (self.renames_atomically or reused or self.swept_dirs is None or checkpoint_name in self.swept_dirs
                 or not _CHECKPOINT_DIR.fullmatch(checkpoint_name)):
             return self.tmp_checkpoint_path(checkpoint_name, attempt, index)
-        return self.path(checkpoint_name)
+        return self.path(checkpoint_name, f".attempt-{attempt}-{self.driver_id}")
 
     # -- plain files ---------------------------------------------------------------------------
     def preflight(self) -> None:
@@ -460,6 +501,7 @@ class RunStorage:
 
     def write_json_atomic(self, name: str, obj: Any) -> None:
         """Replace ``name`` atomically, keeping the previous version as ``name.prev``."""
+        self.check_fence()
         data = json.dumps(obj, indent=1, sort_keys=True).encode()
         final, prev = self.path(name), self.path(f"{name}.prev")
         tmp = self.path(f"{TMP_PREFIX}{name}.{os.getpid()}.{threading.get_ident()}")  # one per writer
@@ -495,14 +537,19 @@ class RunStorage:
         from then on the new checkpoint is whole, and a previous one of the same name is retired
         only once the new one is in place (a crash in between is rolled forward by ``sweep``).
         """
+        self.check_fence()
         final = self.path(validate_name("checkpoint_dir_name", checkpoint_name))
-        manifest = _dump_manifest({"format": 1, "name": checkpoint_name, **report, "files": {
+        in_place = posixpath.dirname(tmp_path) == final  # an attempt's folder in it (upload_path)
+        manifest = _dump_manifest({"format": 1, "name": checkpoint_name, **report,
+                                   **({"data": posixpath.basename(tmp_path)} if in_place else {}), "files": {
             e.path: {"size": e.size, "sha256": e.sha256} for e in sorted(files, key=lambda e: e.path)}})
+        if in_place:  # the manifest, naming the folder, is the commit
+            faults.point("before_commit", index=report.get("index"))
+            with_retries("write manifest", final, lambda: self._write_manifest(final, manifest))
+            return final
         with_retries("create", tmp_path, lambda: self.fs.create_dir(tmp_path, recursive=True))
         faults.point("before_commit", index=report.get("index"))
         with_retries("write manifest", tmp_path, lambda: self._write_manifest(tmp_path, manifest))
-        if tmp_path == final:  # uploaded in place (upload_path): the manifest was the commit
-            return final
         faults.point("before_rename", index=report.get("index"))
         self._install(tmp_path, final, manifest)
         return final
@@ -552,6 +599,11 @@ class RunStorage:
         return sorted(manifests, key=lambda m: m["index"])
 
     def delete_dir(self, path: str) -> None:
+        self.check_fence()
+        if not self.renames_atomically:  # subfolders first: SeaweedFS keeps a folder whose subfolder
+            for info in self._list(path):  # went with it in one delete_dir, listed but undeletable
+                if info.type == _file_type().Directory:
+                    self.delete_dir(info.path)
         try:
             with_retries("delete", path, lambda: self.fs.delete_dir(path))
         except FileNotFoundError:
@@ -560,7 +612,9 @@ class RunStorage:
     def sweep(self, recorded: Iterable[str] = ()) -> list[str]:
         """Clear what crashes left behind; return the names removed or moved.
 
-        Temporary directories and checkpoint directories never committed (no manifest) are deleted.
+        Temporary directories and checkpoint directories never committed (no manifest) are deleted,
+        and so are the attempt folders a committed checkpoint's manifest does not name (a late
+        upload of another attempt: ``upload_path``).
         A temporary directory holding a whole checkpoint (its manifest verifies) whose name is in
         ``recorded`` while that checkpoint itself is missing or broken is rolled forward into place:
         the crash came while it replaced a checkpoint of the same name. A checkpoint whose manifest
@@ -575,13 +629,17 @@ class RunStorage:
                 continue
             if info.base_name.startswith(TMP_PREFIX):
                 continue
-            if _CHECKPOINT_DIR.fullmatch(info.base_name) and read_manifest(self.fs, info.path) is None:
-                if _exists(self.fs, posixpath.join(info.path, MANIFEST)):
-                    if quarantined := self._quarantine(info.path):
-                        swept.append(quarantined)
-                else:
-                    self.delete_dir(info.path)
-                    swept.append(info.base_name)
+            if not _CHECKPOINT_DIR.fullmatch(info.base_name):
+                continue
+            manifest = read_manifest(self.fs, info.path)
+            if manifest is not None:
+                swept += self._sweep_other_attempts(info.path, manifest)
+            elif _exists(self.fs, posixpath.join(info.path, MANIFEST)):
+                if quarantined := self._quarantine(info.path):
+                    swept.append(quarantined)
+            else:
+                self.delete_dir(info.path)
+                swept.append(info.base_name)
         swept += self._roll_forward([i.path for i in entries if i.type == _file_type().Directory
                                      and i.base_name.startswith(TMP_PREFIX)], recorded)
         for info in entries:
@@ -590,6 +648,16 @@ class RunStorage:
                 swept.append(info.base_name)
         self.swept_dirs = frozenset({i.base_name for i in entries if i.type == _file_type().Directory} - set(swept)
                                     | set(recorded))  # rolled forward or not, a recorded name is taken
+        return swept
+
+    def _sweep_other_attempts(self, checkpoint_path: str, manifest: dict[str, Any]) -> list[str]:
+        """Delete the attempt folders in a committed checkpoint that its manifest does not name."""
+        swept = []
+        for info in self._list(checkpoint_path):
+            if (info.type == _file_type().Directory and _ATTEMPT_DIR.fullmatch(info.base_name)
+                    and info.base_name != manifest.get("data")):
+                self.delete_dir(info.path)
+                swept.append(posixpath.relpath(info.path, self.run_path))
         return swept
 
     def _roll_forward(self, tmp_dirs: list[str], recorded: set[str]) -> list[str]:
