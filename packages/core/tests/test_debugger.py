@@ -97,6 +97,16 @@ def terminal():
         term.close()
 
 
+def _continue_to_the_drivers_own_breakpoint_and_exit(term) -> None:
+    """The last rank continues; fit() returns; the driver's own breakpoint() is plain pdb (not Ray's)."""
+    term.send("c")
+    term.expect("FIT-DONE None")
+    term.expect("(Pdb) ")
+    term.send("c")
+    term.expect("DRIVER-DONE")
+    assert term.proc.wait() == 0
+
+
 def test_breakpoint_in_two_ranks_of_fit_opens_pdb_in_the_drivers_terminal_one_rank_at_a_time(tmp_path, terminal):
     script = tmp_path / "fit.py"
     script.write_text(FIT)
@@ -115,12 +125,7 @@ def test_breakpoint_in_two_ranks_of_fit_opens_pdb_in_the_drivers_terminal_one_ra
     assert second == 1 - first
     term.send("p some_local")
     term.expect(f"'value-of-rank-{second}'")
-    term.send("c")
-    term.expect("FIT-DONE None")
-    term.expect("(Pdb) ")
-    term.send("c")
-    term.expect("DRIVER-DONE")
-    assert term.proc.wait() == 0
+    _continue_to_the_drivers_own_breakpoint_and_exit(term)
     state = json.loads((tmp_path / "fit" / "run_state.json").read_text())
     assert state["status"] == "finished" and state["last_metrics"] == {"rank": 0, "seen": "value-of-rank-0"}
 
@@ -133,12 +138,7 @@ def test_breakpoint_in_local_mode_opens_pdb_with_the_display_handed_over(tmp_pat
     term.send("p some_local")
     term.expect("'value-of-rank-0'")
     term.expect("(Pdb rank 0) ")
-    term.send("c")
-    term.expect("FIT-DONE None")
-    term.expect("(Pdb) ")
-    term.send("c")
-    term.expect("DRIVER-DONE")
-    assert term.proc.wait() == 0
+    _continue_to_the_drivers_own_breakpoint_and_exit(term)
 
 
 def test_breakpoint_in_a_launched_script_opens_pdb_in_the_launchers_terminal(tmp_path, terminal):
