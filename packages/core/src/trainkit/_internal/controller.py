@@ -24,6 +24,7 @@ from trainkit._internal.run_logs import RunLogs
 from trainkit._internal.run_state import RunState
 from trainkit._internal.signals import Interrupted, StopSignals
 from trainkit._internal.signals import describe as describe_signal
+from trainkit._internal.signals import settle as settle_commits
 from trainkit._internal.storage import RunStorage
 from trainkit._internal.validation import Validator
 from trainkit.backend import BackendConfig
@@ -100,6 +101,7 @@ class Controller:
         if state is not None:
             reason = decision.reason if signum == signal.SIGINT else f"stopped by {how}"
             state.status, state.error = "interrupted", reason
+            settle_commits()
             try:
                 # Temporary files of the commits the stop cut short (workers' uploads): none of them
                 # is a checkpoint; the committed ones stay, each whole.

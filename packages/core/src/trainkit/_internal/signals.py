@@ -11,7 +11,8 @@ returns.
 
 A checkpoint commit (files, metrics line, the state naming it) is a fence: a stop signal arriving
 inside one takes effect at its end, so the run stops with that checkpoint committed whole; once
-stopping, no commit starts.
+stopping, no commit starts, and the driver records the stop only after one under way in another
+thread (local mode's upload thread) has ended (``settle()``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import signal
 import threading
 from typing import Any, Iterator
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 class Interrupted(KeyboardInterrupt):
@@ -51,9 +52,14 @@ def _handler(signum: int, frame: Any) -> None:
         if threading.current_thread() in _committing:  # stop at the end of this commit
             _pending = signum
             return
-        _stopping = signum
-        _fence.wait_for(lambda: not _committing)  # another thread's commit ends whole
+        _stopping = signum  # no commit starts from now on; one in another thread ends whole (settle())
     raise Interrupted(signum)
+
+
+def settle() -> None:
+    """Wait until no thread is inside a commit (the stopping driver's last look at its state)."""
+    with _fence:
+        _fence.wait_for(lambda: not _committing)
 
 
 def _is_default(handler: Any) -> bool:
