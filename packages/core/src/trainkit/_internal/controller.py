@@ -66,33 +66,27 @@ class Controller:
     def run(self) -> Result:
         logger.setLevel(self.run_config.logging_config.log_level)
         storage = self.storage
-        stop_signals = StopSignals()
-        stop_signals.install()
-        try:
+        with StopSignals() as stop_signals:
             storage.preflight()  # an unusable storage path fails here, before any worker exists
             lock = RunLock(storage)
             lock.acquire()
-        except BaseException:
-            stop_signals.restore()
-            raise
-        try:
-            if not self.scaling.local_mode:
-                from trainkit._internal.ray_runtime import check_can_ever_place, ensure_ray
+            try:
+                if not self.scaling.local_mode:
+                    from trainkit._internal.ray_runtime import check_can_ever_place, ensure_ray
 
-                begin = time.monotonic()
-                ensure_ray()
-                stop_signals.install()  # Ray's start installs its own SIGTERM handler
-                check_can_ever_place(self.scaling)
-                self._ray_start_s = time.monotonic() - begin
-                check_enclosing_reservation(self.scaling.min_workers, self.scaling.worker_resources)
-            self._prepare_state()
-            return self._run_attempts(self._attempt_runner())
-        except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP (signals.py)
-            signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
-            self._interrupted(self.policy.decide(Outcome(interrupted=True)), signum)
-        finally:
-            lock.release()
-            stop_signals.restore()
+                    begin = time.monotonic()
+                    ensure_ray()
+                    stop_signals.install()  # Ray's start installs its own SIGTERM handler
+                    check_can_ever_place(self.scaling)
+                    self._ray_start_s = time.monotonic() - begin
+                    check_enclosing_reservation(self.scaling.min_workers, self.scaling.worker_resources)
+                self._prepare_state()
+                return self._run_attempts(self._attempt_runner())
+            except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP (signals.py)
+                signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+                self._interrupted(self.policy.decide(Outcome(interrupted=True)), signum)
+            finally:
+                lock.release()
 
     def _interrupted(self, decision: Decision, signum: int) -> None:
         """A stop signal: the attempt's workers are already stopped; record the run as interrupted

@@ -93,8 +93,8 @@ def committing() -> Iterator[None]:
 
 class StopSignals:
     """Route the stop signals to ``Interrupted`` while ``fit()`` runs (see the module docstring):
-    ``install()`` at its start and again after Ray's start (which replaces SIGTERM's handler),
-    ``restore()`` at its end."""
+    ``with StopSignals() as stop_signals:`` installs, ``stop_signals.install()`` again after Ray's
+    start (which replaces SIGTERM's handler), and the end of the block restores."""
 
     def __init__(self) -> None:
         self.active = threading.current_thread() is threading.main_thread()
@@ -120,3 +120,10 @@ class StopSignals:
         for sig, previous in self.replaced.items():
             signal.signal(sig, previous)
         self.replaced.clear()
+
+    def __enter__(self) -> "StopSignals":
+        self.install()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.restore()
