@@ -7,6 +7,7 @@ the final metrics.
 
 import json
 import os
+import signal
 import sys
 import time
 
@@ -30,11 +31,14 @@ def train_fn(config):
 
 if __name__ == "__main__":
     storage, name, steps, options = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
+    if options.get("own_sigterm_handler"):  # the user's handler: fit() leaves it in force
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(options["own_sigterm_handler"]))
     result = trainkit.DataParallelTrainer(
         train_fn, train_loop_config={"steps": steps, "sleep": options.get("sleep", 0.05),
                                      "checkpoint": options.get("checkpoint", True),
                                      "checkpoint_dir_name": options.get("checkpoint_dir_name")},
-        scaling_config=trainkit.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+        scaling_config=trainkit.ScalingConfig(num_workers=options.get("num_workers", 2),
+                                              resources_per_worker={"CPU": 0.5}),
         run_config=trainkit.RunConfig(
             name=name, storage_path=storage,
             checkpoint_config=trainkit.CheckpointConfig(num_to_keep=options.get("num_to_keep")),

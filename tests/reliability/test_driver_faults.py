@@ -1,7 +1,9 @@
 """R2 (driver side), R3, R4, R8, R10: the driver dies mid-commit, state files tear, two drivers race."""
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import threading
 import time
@@ -110,3 +112,130 @@ def test_r10_second_driver_on_same_run_fails_fast(ray_cluster, run_config, figur
     figure("R10", f"second driver on the same run rejected in {elapsed * 1000:.0f} ms with RunLockedError; "
                   "the first finished normally")
     assert elapsed < 2 and not os.path.exists(lock)
+
+
+# -- stop signals: SIGTERM (Kubernetes, to pid 1), the same to the whole process group (Slurm), SIGHUP --
+
+
+def _default_signals() -> None:
+    """The driver starts as from a plain shell, whatever the test runner ignores or blocks."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
+def _run_processes(marker: str) -> list[psutil.Process]:
+    """Every process whose command line or environment names ``marker`` (this run's own TMPDIR)."""
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if p.pid != os.getpid() and (any(marker in a for a in p.info["cmdline"] or ())
+                                         or p.environ().get("TMPDIR") == marker):
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.fixture
+def signalled_driver(tmp_path):
+    """Start ``_driver.py`` in a session of its own, with its own TMPDIR (so its embedded Ray's
+    processes are found by it); always kill whatever of it is left."""
+    import subprocess
+    import sys
+    import tempfile
+
+    run_tmp = tempfile.mkdtemp(prefix="tk")  # short: Ray's unix sockets live below it
+    procs: list = []
+
+    def start(name: str, steps: int, env: dict | None = None, **options):
+        args = [sys.executable, os.path.join(os.path.dirname(__file__), "_driver.py"), str(tmp_path), name, str(steps), json.dumps(options)]
+        full_env = {**os.environ, "TRAINKIT_VERBOSE": "0", "TMPDIR": run_tmp, **(env or {})}
+        full_env.pop("RAY_ADDRESS", None)
+        proc = subprocess.Popen(args, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True, preexec_fn=_default_signals)
+        procs.append(proc)
+        return proc
+
+    start.tmp = run_tmp
+    yield start
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    for p in _run_processes(run_tmp):
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    shutil.rmtree(run_tmp, ignore_errors=True)
+
+
+def _wait_for_commit(proc, run_path: str) -> None:
+    """Until the driver has committed a checkpoint (its metrics line names one)."""
+    metrics = os.path.join(run_path, "metrics.jsonl")
+    while True:
+        assert proc.poll() is None, proc.communicate()
+        if os.path.exists(metrics) and any(json.loads(line).get("checkpoint")
+                                           for line in open(metrics) if line.endswith("\n")):
+            return
+        time.sleep(0.05)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("sig, target, num_workers", [
+    (signal.SIGTERM, "pid", 2), (signal.SIGTERM, "group", 2), (signal.SIGHUP, "group", 2),
+    (signal.SIGTERM, "pid", 0), (signal.SIGINT, "group", 2),  # the terminal's Ctrl-C reaches the whole group
+], ids=["SIGTERM-pid", "SIGTERM-group", "SIGHUP-group", "SIGTERM-local", "SIGINT-group"])
+def test_r4_stop_signal_takes_the_ctrl_c_path(tmp_path, signalled_driver, check_run_dir, figure, sig, target,
+                                              num_workers):
+    run_path = os.path.join(str(tmp_path), "run")
+    proc = signalled_driver("run", 10_000, sleep=0.05, num_workers=num_workers)
+    _wait_for_commit(proc, run_path)
+    running = _run_processes(signalled_driver.tmp)
+    assert len(running) >= (1 if num_workers == 0 else 5), running  # driver, watchdog, GCS, raylet, workers
+    sent = time.monotonic()
+    if target == "pid":
+        os.kill(proc.pid, sig)
+    else:
+        os.killpg(proc.pid, sig)
+    _, stderr = proc.communicate(timeout=300)
+    stopped_s = time.monotonic() - sent
+    lines = [line for line in stderr.splitlines() if line.startswith("trainkit:")]
+    assert proc.returncode == 128 + sig, stderr[-3000:]
+    assert len(lines) == 1 and f"interrupted ({sig.name if sig != signal.SIGINT else 'Ctrl-C'})" in lines[0], stderr
+    assert "*** SIG" not in stderr and "Stack trace" not in stderr and "Traceback" not in stderr, stderr[-3000:]
+    state = check_run_dir(run_path)  # whole checkpoints only, each verifies, no temporary dirs
+    assert state["status"] == "interrupted" and state["latest_checkpoint"], state
+    assert not os.path.exists(os.path.join(run_path, ".lock"))
+    left = [p for p in _run_processes(signalled_driver.tmp) if p.status() != psutil.STATUS_ZOMBIE]
+    assert not left, [(p.pid, p.cmdline()) for p in left]
+    again = signalled_driver("run", 0, num_workers=num_workers)  # the lock was released: starts at once
+    _, again_err = again.communicate(timeout=300)
+    assert again.returncode == 0, again_err[-3000:]
+    figure("R4", f"{sig.name} to the driver's {target} ({num_workers or 'local'} workers): exit "
+                 f"{proc.returncode} after {stopped_s:.1f} s, one line, state interrupted at "
+                 f"{state['latest_checkpoint']}, 0 of {len(running)} processes left, lock released")
+
+
+@pytest.mark.timeout(600)
+def test_r4_stop_signal_inside_a_commit_waits_for_it(tmp_path, signalled_driver, check_run_dir, figure):
+    """SIGTERM arrives between a checkpoint's manifest and its rename: the commit completes first."""
+    run_path = os.path.join(str(tmp_path), "run")
+    proc = signalled_driver("run", 10_000, env={"TRAINKIT_FAULT_POINT": "before_rename:index=2",
+                                                "TRAINKIT_FAULT_SIGNAL": "SIGTERM"})
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    state = check_run_dir(run_path)
+    figure("R4", f"SIGTERM inside the commit of checkpoint 2: it committed whole ({state['latest_checkpoint']}), "
+                 f"state {state['status']}")
+    assert state["status"] == "interrupted" and state["latest_checkpoint"] == "checkpoint_000002", state
+
+
+@pytest.mark.timeout(600)
+def test_r4_users_own_sigterm_handler_stays_in_force(tmp_path, signalled_driver):
+    run_path = os.path.join(str(tmp_path), "run")
+    proc = signalled_driver("run", 10_000, own_sigterm_handler=7)
+    _wait_for_commit(proc, run_path)
+    os.kill(proc.pid, signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 7, stderr[-3000:]  # the user's handler ran, not trainkit's nor Ray's
+    assert "interrupted" not in stderr and not os.path.exists(os.path.join(run_path, ".lock")), stderr[-3000:]

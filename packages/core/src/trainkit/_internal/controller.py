@@ -5,6 +5,7 @@ finishes the run; reports are consolidated and committed by the ``report_log.Rep
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 import time
 from typing import Any, Callable
@@ -22,6 +23,9 @@ from trainkit._internal.reservation import check_enclosing_reservation
 from trainkit._internal.retry import StorageError
 from trainkit._internal.run_logs import RunLogs
 from trainkit._internal.run_state import RunState
+from trainkit._internal.signals import Interrupted, StopSignals
+from trainkit._internal.signals import describe as describe_signal
+from trainkit._internal.signals import settle as settle_commits
 from trainkit._internal.storage import RunStorage
 from trainkit._internal.validation import Validator
 from trainkit.backend import BackendConfig
@@ -66,52 +70,60 @@ class Controller:
     def run(self) -> Result:
         logger.setLevel(self.run_config.logging_config.log_level)
         storage = self.storage
-        storage.preflight()  # an unusable storage path fails here, before any worker exists
-        lock = RunLock(storage)
-        lock.acquire()
-        storage.fence = lock.check  # no write once the lease is lost
-        try:
-            breakpoints = users_hook()
-            if not self.scaling.local_mode:
-                from trainkit._internal.ray_runtime import check_can_ever_place, ensure_ray
-
-                begin = time.monotonic()
-                with ray_init_keeps_breakpoints():
-                    ensure_ray()
-                check_can_ever_place(self.scaling)
-                self._ray_start_s = time.monotonic() - begin
-                check_enclosing_reservation(self.scaling.min_workers, self.scaling.worker_resources)
-            self.debug_relay = DebugRelay(self.display, breakpoints, serve=not self.scaling.local_mode)
-            self._prepare_state()
-            return self._run_attempts(self._attempt_runner())
-        except KeyboardInterrupt:
-            self._interrupted(self.policy.decide(Outcome(interrupted=True)))
-        finally:
-            if self.debug_relay is not None:
-                self.debug_relay.close()
-            lock.release()
-            storage.fence = None
-
-    def _interrupted(self, decision: Decision) -> None:
-        """Ctrl-C: the attempt's workers are already stopped; record the run as interrupted and
-        end the program with one line instead of a traceback through Ray's internals."""
-        state = self.state
-        if state is not None:
-            state.status, state.error = "interrupted", decision.reason
+        with StopSignals() as stop_signals:
+            storage.preflight()  # an unusable storage path fails here, before any worker exists
+            lock = RunLock(storage)
+            lock.acquire()
+            storage.fence = lock.check  # no write once the lease is lost
             try:
+                breakpoints = users_hook()
+                if not self.scaling.local_mode:
+                    from trainkit._internal.ray_runtime import check_can_ever_place, ensure_ray
+
+                    begin = time.monotonic()
+                    with ray_init_keeps_breakpoints():
+                        ensure_ray()
+                    stop_signals.install()  # Ray's start installs its own SIGTERM handler
+                    check_can_ever_place(self.scaling)
+                    self._ray_start_s = time.monotonic() - begin
+                    check_enclosing_reservation(self.scaling.min_workers, self.scaling.worker_resources)
+                self.debug_relay = DebugRelay(self.display, breakpoints, serve=not self.scaling.local_mode)
+                self._prepare_state()
+                return self._run_attempts(self._attempt_runner())
+            except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP (signals.py)
+                signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+                self._interrupted(self.policy.decide(Outcome(interrupted=True)), signum)
+            finally:
+                if self.debug_relay is not None:
+                    self.debug_relay.close()
+                lock.release()
+                storage.fence = None
+
+    def _interrupted(self, decision: Decision, signum: int) -> None:
+        """A stop signal: the attempt's workers are already stopped; record the run as interrupted
+        and end the program with one line instead of a traceback through Ray's internals."""
+        state, how = self.state, describe_signal(signum)
+        if state is not None:
+            reason = decision.reason if signum == signal.SIGINT else f"stopped by {how}"
+            state.status, state.error = "interrupted", reason
+            settle_commits()
+            try:
+                # Temporary files of the commits the stop cut short (workers' uploads): none of them
+                # is a checkpoint; the committed ones stay, each whole.
+                self.storage.sweep(c.name for c in state.checkpoints)
                 state.save(self.storage)
             except Exception as exc:  # noqa: BLE001 - the line below still says where the run stands
                 self.display.note(f"could not record the interruption in {storage_mod.STATE}: {exc}")
         reports, latest = (state.next_report_index, state.latest_checkpoint) if state else (0, None)
-        try:  # the commits are the truth: Ctrl-C may land between a commit and the state naming it
+        try:  # the commits are the truth: a signal may land between a commit and the state naming it
             if committed := self.storage.committed_checkpoints():
                 reports, latest = max(reports, committed[-1]["index"] + 1), committed[-1]["name"]
         except Exception:  # noqa: BLE001 - storage unreachable: the state's view is all there is
             pass
         resume = f"; run it again with the same name to resume from {latest}" if latest else ""
-        print(f"trainkit: run {self.storage.name!r} interrupted (Ctrl-C) after {reports} report(s){resume}",
+        print(f"trainkit: run {self.storage.name!r} interrupted ({how}) after {reports} report(s){resume}",
               file=sys.stderr, flush=True)
-        raise SystemExit(130) from None  # 128 + SIGINT, as a shell reports it
+        raise SystemExit(128 + signum) from None  # as a shell reports a program the signal ended
 
     def _prepare_state(self) -> None:
         storage = self.storage

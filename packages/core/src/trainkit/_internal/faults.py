@@ -2,7 +2,8 @@
 
 ``TRAINKIT_FAULT_POINT="before_rename"`` kills the driver just before a checkpoint directory is
 renamed; ``"upload_file:rank=1:attempt=0"`` kills rank 1 of attempt 0 after it uploaded a file.
-``TRAINKIT_FAULT_SIGNAL=SIGINT`` sends that signal instead (a Ctrl-C at that point).
+``TRAINKIT_FAULT_SIGNAL=SIGINT`` (or SIGTERM) sends that signal instead of SIGKILL (a Ctrl-C or a stop
+signal at that point).
 With ``TRAINKIT_FAULT_HOLD=<dir>`` the point holds instead of killing: it creates ``<dir>/held``
 and waits until ``<dir>/release`` exists (a writer cut off mid-upload, released when the test says).
 Unset (always, outside tests), a point costs one dictionary lookup.

@@ -41,6 +41,7 @@ from typing import Any
 
 from trainkit._internal import interface
 from trainkit._internal.debugger import RAYS_HOOKS
+from trainkit._internal.signals import Interrupted
 from trainkit.backend import Backend, BackendConfig
 
 ADDRESS_ENV = "TRAINKIT_LAUNCH_ADDRESS"
@@ -140,7 +141,7 @@ class _Forwarder:
         if self._group is not None:
             self._signals.put(signum)
         elif len(self.received) == 1:  # later ones come while the run ends already
-            raise KeyboardInterrupt
+            raise Interrupted(signum)
 
     def _send(self) -> None:
         while True:
@@ -161,7 +162,7 @@ class _Forwarder:
         """The attempt's ranks ended: a signal received meanwhile ends the run (Ctrl-C's path)."""
         self._group = None
         if self.received:
-            raise KeyboardInterrupt
+            raise Interrupted(self.received[0])
 
 
 forwarder = _Forwarder()

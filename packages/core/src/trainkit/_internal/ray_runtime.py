@@ -19,7 +19,10 @@ two per-node agents (``ray_agent_stub.py``: no dashboard agent, the runtime env 
 use); 20 ms socket retries; a worker entry point that imports pydantic only when used
 (``ray_worker_main.py``); a 20 ms poll for the raylet's registration; a parallel stop at exit.
 ``TRAINKIT_RAY_PATCHES=0`` turns them off: Ray's own code paths, slower, everything else the same
-(loopback and private files included).
+(loopback, private files and the cluster's own session included).
+
+Own session: the embedded cluster's processes are not in the driver's process group (see
+``_always_patches``), so a signal to that group stops the driver's run before the cluster.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ def ensure_ray(**init_kwargs: object) -> None:
     notice = logging.getLogger("ray._private.authentication.authentication_token_setup")
     level = notice.level
     notice.setLevel(logging.ERROR)
-    patches = _start_patches(ray) if patched else []
+    patches = [*_start_patches(ray), *_always_patches(ray)] if patched else _always_patches(ray)
     originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
     for owner, name, replacement in patches:
         setattr(owner, name, replacement)
@@ -97,6 +100,22 @@ def _start_patches(ray) -> list[tuple[object, str, object]]:
         if hasattr(utils, "get_dashboard_dependency_error"):  # it only picks flags for the agent replaced
             patches.append((utils, "get_dashboard_dependency_error", lambda: None))
     return patches
+
+
+def _always_patches(ray) -> list[tuple[object, str, object]]:
+    """The embedded cluster's processes (GCS, raylet, and through the raylet its workers and agents)
+    start in a session of their own: a signal to the driver's process group (Slurm's SIGTERM, the
+    terminal's SIGHUP or Ctrl-C) reaches the driver alone, which stops its run cleanly and then the
+    cluster. Ray's fate sharing still holds: they are SIGKILLed when the driver thread that started
+    them ends (``PR_SET_PDEATHSIG``), and the watchdog reaps what they started."""
+    services = ray._private.services
+
+    class OwnSessionPopen(services.ConsolePopen):
+        def __init__(self, *args, **kwargs):
+            kwargs.setdefault("start_new_session", True)
+            super().__init__(*args, **kwargs)
+
+    return [(services, "ConsolePopen", OwnSessionPopen)]
 
 
 def check_can_ever_place(scaling) -> None:

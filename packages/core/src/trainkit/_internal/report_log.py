@@ -9,7 +9,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from trainkit._internal import faults
+from trainkit._internal import faults, signals
 from trainkit._internal import storage as storage_mod
 from trainkit._internal.display import Display
 from trainkit._internal.events import Report
@@ -117,7 +117,8 @@ class ReportLog:
                     return
             elif not self.required_ranks <= self._pending[index].keys():
                 return
-            self._consolidate(index, self._pending.pop(index))
+            with signals.committing():  # a stop signal takes effect after the commit, never inside
+                self._consolidate(index, self._pending.pop(index))
 
     def _consolidate(self, index: int, reports: dict[int, Report]) -> None:
         """Report ``index`` is complete: commit its checkpoint, log it, save state, apply retention.
