@@ -12,6 +12,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from trainkit._internal import strict_json
+
 
 def _plugins(args: argparse.Namespace) -> int:
     from trainkit._internal.plugins import get_plugins
@@ -65,7 +67,7 @@ def _runs(args: argparse.Namespace) -> int:
             return 2
         runs = []
     if args.json:
-        print(json.dumps(runs, indent=1, default=str))
+        print(strict_json.dumps(runs, indent=1, default=str))
         return 0
     if not runs:
         print(f"no trainkit runs under {storage_path}")
@@ -87,7 +89,7 @@ def _show(args: argparse.Namespace) -> int:
         print(f"trainkit show: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(run, indent=1, default=str))
+        print(strict_json.dumps(run, indent=1, default=str))
         return 0
     lines = [f"run          {run['name']}  ({run['status']})", f"path         {run['path']}",
              f"backend      {run['backend'] or '-'} x {run['num_workers']} workers",

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trainkit._internal import storage as storage_mod
+from trainkit._internal import strict_json
 from trainkit.checkpoint import Checkpoint
 from trainkit.config import CheckpointConfig
 
@@ -106,7 +107,7 @@ class RunState:
         for name in (storage_mod.STATE, storage_mod.STATE + ".prev"):
             try:
                 with fs.open_input_stream(posixpath.join(run_path, name)) as f:
-                    state = cls.from_json(json.loads(f.read().decode()))
+                    state = cls.from_json(strict_json.loads(f.read()))
                 if state.status == "running" and (gone := _driver_gone(fs, run_path)):
                     state.status, state.error = "interrupted", f"its driver stopped without finishing the run ({gone})"
                 return state
