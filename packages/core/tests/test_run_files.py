@@ -111,3 +111,79 @@ def test_a_full_disk_leaves_the_metrics_log_ending_with_a_whole_line(tiny_filesy
     assert [r["index"] for r in read_metrics_log(storage.fs, storage.run_path)][-1] == 1
     for line in (tiny_filesystem / "full" / "metrics.jsonl").read_bytes().splitlines():
         strict_load(line)
+
+
+def ranked_fn(config):
+    for step in range(resume_step(), 4):
+        report_step(step, {"step": step, "val_accuracy": [0.5, 0.9, 0.7, 0.8][step], "loss": 1.0 / (step + 1)})
+
+
+def test_every_reader_names_the_same_best_checkpoint_and_a_rerun_says_it_resumed(tmp_path, capfd):
+    ranking = CheckpointConfig(num_to_keep=3, checkpoint_score_attribute="val_accuracy", checkpoint_score_order="max")
+    result = fit(ranked_fn, tmp_path, "ranked", checkpoint_config=ranking, verbose=1)
+    summary = capfd.readouterr().err
+    best = "checkpoint_000001"  # val_accuracy 0.9; the latest is checkpoint_000003
+    assert result.get_best_checkpoint().path.endswith(best)
+    assert f"{best}  (val_accuracy=0.9)" in summary
+    assert "resuming" not in summary  # a first run resumes nothing
+    assert trainkit.Result.from_path(str(tmp_path / "ranked")).get_best_checkpoint().path.endswith(best)
+    code, text, err = cli("show", str(tmp_path / "ranked"))
+    assert code == 0, err
+    assert [line for line in text.splitlines() if line.startswith("best ")] == [
+        f"best         {best} (by val_accuracy, max: the run's checkpoint_score_attribute; --metric to choose)"]
+    code, out, _ = cli("runs", str(tmp_path), "--json")
+    (run,) = json.loads(out)
+    assert (run["best_checkpoint"], run["best_by"]) == (best, "val_accuracy")
+    assert f"{best} (val_accuracy)" in cli("runs", str(tmp_path))[1]
+    # a re-run of the finished run: one line says it resumed, and from which checkpoint
+    fit(ranked_fn, tmp_path, "ranked", checkpoint_config=ranking, verbose=1)
+    resumed = [line for line in capfd.readouterr().err.splitlines() if "resum" in line]
+    assert resumed == ["trainkit: resuming run 'ranked' (finished before) from checkpoint_000003, at report 4"]
+
+
+def wide_fn(config):
+    metrics = {f"metric_{i:05d}": float(i) for i in range(10_000)}
+    for step in range(resume_step(), config["steps"]):
+        report_step(step, {**metrics, "step": step, "score": float(step % 3)})
+
+
+def test_run_state_stays_small_with_10000_key_reports_and_old_run_dirs_still_resume(tmp_path):
+    ranking = CheckpointConfig(num_to_keep=4, checkpoint_score_attribute="score", checkpoint_score_order="max")
+    fit(wide_fn, tmp_path, "wide", config={"steps": 8}, checkpoint_config=ranking)
+    state_file = tmp_path / "wide" / "run_state.json"
+    state = strict_load(state_file.read_text())
+    assert state_file.stat().st_size < 10_000, state_file.stat().st_size  # 10,000-key reports: no metrics in it
+    assert "last_metrics" not in state and all("metrics" not in c for c in state["checkpoints"])
+    # retention ranked by the recorded scores (step % 3; ties: newer first): steps 5, 2, 7, 4 kept
+    assert [(c["index"], c["score"]) for c in state["checkpoints"]] == [(2, 2.0), (4, 1.0), (5, 2.0), (7, 1.0)]
+    result = trainkit.Result.from_path(str(tmp_path / "wide"))
+    assert len(result.best_checkpoints[0][1]) == 10_002  # the metrics, read from the manifests
+    assert result.metrics["step"] == 7 and len(result.metrics) == 10_002  # metrics.jsonl's last line
+    assert result.get_best_checkpoint().path.endswith("checkpoint_000005")
+    code, out, err = cli("show", str(tmp_path / "wide"), "--json")
+    assert code == 0 and len(json.loads(out)["checkpoints"][0]["metrics"]) == 10_002, err
+
+    # a run directory the previous version wrote (format 1: every checkpoint's metrics in run_state)
+    old = dict(state, format=1, last_metrics={"step": 7}, checkpoints=[
+        {"name": c["name"], "index": c["index"], "attempt": c["attempt"],
+         "metrics": {"step": c["index"], "score": c["score"]}} for c in state["checkpoints"]])
+    for key in ("checkpoint_score_attribute", "checkpoint_score_order"):
+        old.pop(key)
+    state_file.write_text(json.dumps(old))
+    read_back = trainkit.Result.from_path(str(tmp_path / "wide"))
+    assert [m for _, m in read_back.best_checkpoints][0] == {"step": 2, "score": 2.0}  # as the old state holds them
+    assert read_back.metrics == {"step": 7}
+    resumed = fit(wide_fn, tmp_path, "wide", config={"steps": 10}, checkpoint_config=ranking)
+    assert resumed.metrics["step"] == 9
+    steps = [r["step"] for r in resumed.metrics_dataframe.to_dict("records")]
+    assert steps == list(range(10)), steps  # resumed after step 7: nothing trained twice
+    assert all("metrics" not in c for c in strict_load(state_file.read_text())["checkpoints"])
+
+
+def test_show_of_a_missing_run_points_to_runs_and_plot_says_no_restarts(tmp_path):
+    code, _, err = cli("show", "nosuch", TRAINKIT_STORAGE_PATH=str(tmp_path))
+    assert code == 2 and "no trainkit run at 'nosuch'" in err and "`trainkit runs` lists the runs" in err
+    fit(ranked_fn, tmp_path, "plain")
+    code, out, err = cli("plot", str(tmp_path / "plain"), "--metric", "loss", "-o", str(tmp_path / "loss.png"))
+    assert code == 0, err
+    assert out.strip().endswith("4 checkpoints (0 deleted), no restarts") and "none" not in out

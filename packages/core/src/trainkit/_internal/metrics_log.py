@@ -93,27 +93,63 @@ def _last_whole_line_end(f: Any, chunk: int = 1 << 16) -> int:
     return 0
 
 
-def read_metrics_log(fs: "pafs.FileSystem", run_path: str) -> list[dict[str, Any]]:
-    """Every consolidated report of a run, in order; [] when there is none."""
+def _log_paths(fs: "pafs.FileSystem", run_path: str) -> list[str]:
     import pyarrow.fs as pafs
 
-    paths = [posixpath.join(run_path, METRICS)]
     segments = fs.get_file_info(pafs.FileSelector(posixpath.join(run_path, SEGMENTS), allow_not_found=True))
-    paths += sorted(info.path for info in segments if info.base_name.endswith(".jsonl"))
+    return [posixpath.join(run_path, METRICS), *sorted(info.path for info in segments if info.base_name.endswith(".jsonl"))]
+
+
+def _record(line: str | bytes) -> dict[str, Any] | None:
+    try:
+        record = strict_json.loads(line)
+    except ValueError:
+        return None  # torn by a crash
+    if isinstance(record, dict) and "index" in record and isinstance(record.get("metrics"), dict):
+        return record
+    return None
+
+
+def read_metrics_log(fs: "pafs.FileSystem", run_path: str) -> list[dict[str, Any]]:
+    """Every consolidated report of a run, in order; [] when there is none."""
     records = []
-    for path in paths:
+    for path in _log_paths(fs, run_path):
         try:
             text = with_retries("read", path, lambda: _read(fs, path))
         except FileNotFoundError:
             continue
-        for line in text.splitlines():
-            try:
-                record = strict_json.loads(line)
-            except ValueError:
-                continue  # torn by a crash or a full disk
-            if isinstance(record, dict) and "index" in record and isinstance(record.get("metrics"), dict):
-                records.append(record)
+        records += filter(None, map(_record, text.splitlines()))
     return records
+
+
+def read_last_report(fs: "pafs.FileSystem", run_path: str) -> dict[str, Any] | None:
+    """The run's last consolidated report, reading no more than its last lines; None when there is none."""
+    for path in reversed(_log_paths(fs, run_path)):
+        try:
+            if is_local(fs):
+                with open(path, "rb") as f:
+                    lines = _lines_backwards(f)
+                    found = next(filter(None, map(_record, lines)), None)
+            else:
+                text = with_retries("read", path, lambda: _read(fs, path))
+                found = next(filter(None, map(_record, reversed(text.splitlines()))), None)
+        except FileNotFoundError:
+            continue
+        if found is not None:
+            return found
+    return None
+
+
+def _lines_backwards(f: Any, chunk: int = 1 << 16) -> Any:
+    """The lines of a binary file, last first, read from its end in chunks."""
+    position, tail = f.seek(0, 2), b""
+    while position > 0:
+        start = max(0, position - chunk)
+        f.seek(start)
+        lines = (f.read(position - start) + tail).split(b"\n")
+        tail, position = lines[0], start
+        yield from reversed(lines[1:])
+    yield tail
 
 
 def _read(fs: "pafs.FileSystem", path: str) -> str:
