@@ -263,7 +263,7 @@ def test_r17_s3_outage_of_10s_is_survived(own_s3_server, run_driver, figure):
     state = json.loads(fs.open_input_stream(f"{run}/run_state.json").read())
     log = read_metrics_log(fs, run)
     resumed = min(r["time"] for r in log if r["time"] > up_at)
-    steps_checkpointed = {c["metrics"]["step"] for c in state["checkpoints"]}
+    steps_checkpointed = {m["step"] for _, m in trainkit.Result.from_path(run, fs).best_checkpoints}  # manifests
     for c in state["checkpoints"]:
         trainkit.Checkpoint(f"{run}/{c['name']}", fs).verify()
     failed_at = [f["time"] - down_at for f in state["failures"]]
