@@ -7,7 +7,7 @@ import logging
 import math
 import posixpath
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from trainkit._internal import storage as storage_mod
@@ -115,8 +115,8 @@ class RunState:
 
     # -- persistence -----------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        del data["last_metrics"]
+        # shallow: asdict() would deep-copy every checkpoint's metrics only to drop them
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "last_metrics"}
         data["checkpoints"] = [c.to_json(self.checkpoint_score_attribute) for c in self.checkpoints]
         return data
 
