@@ -33,6 +33,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -284,11 +285,20 @@ def quickstart(session: nox.Session) -> None:
     """The main job: train the quickstart CNN on 2 CPU workers (core and trainkit-torch only)."""
     _install_core(session, PINNED["torch"])
     session.install(*_editable(ROOT / "packages" / "torch"), PINNED["torch"])
-    session.run("python", "examples/torch_quickstart.py")
-    trainkit = Path(session.bin) / "trainkit"
-    session.log(f"Next: `{trainkit} runs` lists the run, `{trainkit} show <run>` shows its attempts and "
-                f"checkpoints (or `source {session.bin}/activate`, then `trainkit ...`). In your own "
-                "environment: `pip install trainkit-torch 'trainkit-core[plot]'`; README.md's Use section goes on.")
+    run = time.strftime("quickstart-%Y%m%d-%H%M%S")
+    session.run("python", "examples/torch_quickstart.py", "--name", run)
+    session.log(quickstart_next(run, os.path.relpath(session.bin)))
+
+
+def quickstart_next(run: str, bin_dir: str) -> str:
+    """The quickstart's last line: commands to paste, about the run it printed (``bin_dir``: the
+    session's, relative to where nox ran)."""
+    return (f"Next: `source {bin_dir}/activate` puts `trainkit` on PATH; then `trainkit show {run}` (attempts, "
+            f"checkpoints, the best), `trainkit plot {run} --metric val_accuracy --metric loss -o {run}.png` "
+            f"(the curves), `trainkit runs` (every run). In your own environment, from a clone of this repository "
+            f"(nothing is on the package index yet): `pip install -e 'packages/core[plot]' -e packages/torch "
+            f"{PINNED['torch']}` ({PINNED['torch']}: the tested build; on a machine without a GPU add "
+            "`--extra-index-url https://download.pytorch.org/whl/cpu` for its CPU build); README.md's Use section goes on.")
 
 
 @nox.session(python=PYTHON, default=False)

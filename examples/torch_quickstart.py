@@ -3,11 +3,12 @@
 Each epoch reports metrics and a checkpoint; at the end the best checkpoint is loaded in this
 process and scored on held-out digits.
 
-    python examples/torch_quickstart.py
+    python examples/torch_quickstart.py [--name RUN]
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import tempfile
 
@@ -80,16 +81,20 @@ def train_fn(config: dict) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--name", help="the run's name (default: TorchTrainer_<date>_<time>)")
+    args = parser.parse_args()
     trainer = TorchTrainer(
         train_fn,
         train_loop_config={"lr": 2e-3, "batch_size": 32, "epochs": 8},
         scaling_config=trainkit.ScalingConfig(num_workers=2),
         run_config=trainkit.RunConfig(
+            name=args.name,
             checkpoint_config=trainkit.CheckpointConfig(
                 num_to_keep=2, checkpoint_score_attribute="val_accuracy", checkpoint_score_order="max")),
     )
     result = trainer.fit()
-    best = result.get_best_checkpoint("val_accuracy", "max")
+    best = result.get_best_checkpoint()  # by the CheckpointConfig's val_accuracy, max
     model = make_model()
     model.load_state_dict(load_checkpoint(best, "model.pt")["model"])
     print(f"best checkpoint: {best.path}")

@@ -4,7 +4,7 @@
 README (the index's project page) has a relative link.
 
 Fails unless every module of DIST imports with only its declared dependencies present (extras'
-modules aside), each named plugin's entry point loads, and a 2-worker run works by backend name
+modules aside) and without a warning naming a missing module, each named plugin's entry point loads, and a 2-worker run works by backend name
 (core alone: a plain DataParallelTrainer).
 """
 
@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import tarfile
+import warnings
 import zipfile
 from email.parser import Parser
 from pathlib import Path
@@ -61,11 +62,20 @@ def train_fn():
     trainkit.report({"world": ctx.get_world_size()})
 
 
+# A warning at import that names a missing module: a dependency the framework needs and the
+# distribution does not declare (torch without numpy: "Failed to initialize NumPy: No module named 'numpy'").
+MISSING_AT_IMPORT = re.compile(r"No module named|Failed to initialize")
+
+
 def main(dist: str, *plugins: str) -> None:
     modules = modules_of(dist)
-    for module in modules:
-        importlib.import_module(module)
-    print(f"{dist}: {len(modules)} modules import with only declared dependencies")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for module in modules:
+            importlib.import_module(module)
+    missing = [f"{w.category.__name__}: {w.message}" for w in caught if MISSING_AT_IMPORT.search(str(w.message))]
+    assert not missing, f"{dist}: importing it warns of an undeclared dependency: {missing}"
+    print(f"{dist}: {len(modules)} modules import with only declared dependencies, warning of none missing")
 
     cli = os.path.join(os.path.dirname(sys.executable), "trainkit")  # the console script of this environment
     listed = json.loads(subprocess.run([cli, "plugins", "--json"], check=True, capture_output=True, text=True).stdout)

@@ -52,12 +52,33 @@ def distributions() -> dict[str, set[str]]:
     return found
 
 
+def frameworks() -> set[str]:
+    """What this repository's distributions depend on outside it (torch, jax, ...): a page may pin one."""
+    found = set()
+    for pyproject in ROOT.glob("packages/*/pyproject.toml"):
+        found |= {Requirement(r).name for r in tomllib.loads(pyproject.read_text())["project"].get("dependencies", [])}
+    return found - set(distributions())
+
+
 def check_pip_install(line: str) -> None:
+    """Every requirement names this repository's distributions and extras, as published or as a clone's
+    folder (``-e packages/core[plot]``), or pins a framework they depend on (``torch==2.13.0``)."""
     known = distributions()
-    for arg in shlex.split(line.split("#", 1)[0])[2:]:
-        if arg.startswith("-"):
+    args = iter(shlex.split(line.split("#", 1)[0])[2:])
+    for arg in args:
+        if arg in ("--index-url", "--extra-index-url", "-i"):
+            next(args)  # the option's value
+            continue
+        if arg == "-e":
+            folder, extras = re.fullmatch(r"([^\[]+)(?:\[(.*)\])?", next(args)).groups()
+            pyproject = ROOT / folder / "pyproject.toml"
+            assert folder.startswith("packages/") and pyproject.exists(), f"{line!r}: {folder} is no package folder here"
+            arg = tomllib.loads(pyproject.read_text())["project"]["name"] + (f"[{extras}]" if extras else "")
+        elif arg.startswith("-"):
             continue
         requirement = Requirement(arg)
+        if requirement.name in frameworks() and str(requirement.specifier).startswith("=="):
+            continue
         assert requirement.name in known, f"{line!r}: {requirement.name} is not a distribution of this repository"
         unknown = requirement.extras - known[requirement.name]
         assert not unknown, f"{line!r}: {requirement.name} has no extra(s) {sorted(unknown)}"
@@ -112,6 +133,17 @@ def test_every_code_block_runs(page, tmp_path):
     done = subprocess.run([sys.executable, str(tmp_path / "runner.py"), str(tmp_path / "blocks.json")], cwd=work,
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"{page.name}:\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}"
+
+
+@pytest.mark.parametrize("page", [ROOT / "README.md", ROOT / "docs" / "getting-started.md"], ids=lambda p: p.name)
+def test_the_newcomer_pages_give_the_install_from_a_clone(page):
+    """Nothing is published on the package index yet: next to the published install, the pages a
+    newcomer reads first give the one from a clone, with the tested torch pin, and it checks."""
+    text = " ".join(page.read_text().split())  # prose wraps
+    assert "pip install trainkit-torch 'trainkit-core[plot]'" in text  # once published
+    clone = "pip install -e 'packages/core[plot]' -e packages/torch torch==2.13.0"
+    assert clone in text
+    check_pip_install(clone)
 
 
 def test_readme_setup_commands_are_what_ci_runs():

@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+import trainkit
+
 FIT = textwrap.dedent('''
     import sys
     import trainkit
@@ -127,7 +129,8 @@ def test_breakpoint_in_two_ranks_of_fit_opens_pdb_in_the_drivers_terminal_one_ra
     term.expect(f"'value-of-rank-{second}'")
     _continue_to_the_drivers_own_breakpoint_and_exit(term)
     state = json.loads((tmp_path / "fit" / "run_state.json").read_text())
-    assert state["status"] == "finished" and state["last_metrics"] == {"rank": 0, "seen": "value-of-rank-0"}
+    assert state["status"] == "finished"
+    assert trainkit.Result.from_path(str(tmp_path / "fit")).metrics == {"rank": 0, "seen": "value-of-rank-0"}
 
 
 def test_breakpoint_in_local_mode_opens_pdb_with_the_display_handed_over(tmp_path, terminal):

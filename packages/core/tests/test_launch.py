@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import trainkit
+
 SCRIPT = textwrap.dedent('''
     import argparse, json, os, sys, tempfile, time
 
@@ -68,7 +70,8 @@ def test_launch_sets_torchrun_env_script_reports_and_resumes_after_a_restart(tmp
     assert "(rank 0) hello from rank 0" in out.stdout and "(rank 1) hello from rank 1" in out.stdout
     run = tmp_path / "runs" / "plain"
     state = json.loads((run / "run_state.json").read_text())
-    assert state["status"] == "finished" and state["last_metrics"] == {"loss": 0.25, "resumed_from": "1"}
+    assert state["status"] == "finished"
+    assert trainkit.Result.from_path(str(run)).metrics == {"loss": 0.25, "resumed_from": "1"}  # metrics.jsonl's last
     assert [(f["attempt"], f["rank"], f["type"]) for f in state["failures"]] == [(0, 1, "ScriptExitError")]
     assert (run / "checkpoint_000000" / "weights_1").read_text() == "1"
     assert (run / "logs" / "attempt_1" / "rank_0.txt").read_text() == "hello from rank 0\n"

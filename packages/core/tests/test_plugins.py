@@ -138,6 +138,10 @@ def test_unknown_backend_lists_installed_and_suggests_package(site):
     env = {**os.environ, "PYTHONPATH": str(site)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert "Unknown backend 'jax'" in out and "toy" in out and "pip install trainkit-jax" in out
+    assert "in a clone of the trainkit repository: pip install -e packages/core -e packages/jax" in out  # not published
+    raised = subprocess.run([sys.executable, "-c", "import trainkit\ntrainkit.Trainer(lambda: None, backend='jax')"],
+                            env=env, capture_output=True, text=True)
+    assert raised.stderr.splitlines()[-1].startswith("trainkit.errors.UnknownBackendError: Unknown backend 'jax'")
     code = code.replace("'jax'", "'oldfw'")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert "installed but skipped" in out and "<1.0" in out

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import json
 import os
 import posixpath
 import shutil
@@ -12,7 +11,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
-from trainkit._internal import storage
+from trainkit._internal import storage, strict_json
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -96,13 +95,13 @@ class Checkpoint:
         """The checkpoint's JSON metadata (``{}`` when none was set)."""
         try:
             with self.filesystem.open_input_stream(self._metadata_path()) as f:
-                return json.loads(f.read().decode())
+                return strict_json.loads(f.read())
         except FileNotFoundError:
             return {}
 
     def set_metadata(self, metadata: dict[str, Any]) -> None:
         """Replace the metadata; it must be JSON-serializable."""
-        data = json.dumps(metadata).encode()
+        data = strict_json.dumps(metadata).encode()
         self.filesystem.create_dir(self.path, recursive=True)
         with self.filesystem.open_output_stream(self._metadata_path()) as f:
             f.write(data)

@@ -12,6 +12,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from trainkit._internal import strict_json
+
 
 def _plugins(args: argparse.Namespace) -> int:
     from trainkit._internal.plugins import get_plugins
@@ -65,15 +67,16 @@ def _runs(args: argparse.Namespace) -> int:
             return 2
         runs = []
     if args.json:
-        print(json.dumps(runs, indent=1, default=str))
+        print(strict_json.dumps(runs, indent=1, default=str))
         return 0
     if not runs:
         print(f"no trainkit runs under {storage_path}")
         return 0
-    table = Table("name", "status", "attempts", "reports", "checkpoints", "last metrics", "updated", box=None)
+    table = Table("name", "status", "attempts", "reports", "checkpoints", "best", "last metrics", "updated", box=None)
     for run in runs:
+        best = f"{run['best_checkpoint']} ({run['best_by']})" if run["best_checkpoint"] else "-"
         table.add_row(run["name"], run["status"], str(run["attempts"]), str(run["reports"]), str(run["checkpoints"]),
-                      _metrics(run["last_metrics"]), _when(run["updated"]))
+                      best, _metrics(run["last_metrics"]), _when(run["updated"]))
     _print(table)
     return 0
 
@@ -87,7 +90,7 @@ def _show(args: argparse.Namespace) -> int:
         print(f"trainkit show: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(run, indent=1, default=str))
+        print(strict_json.dumps(run, indent=1, default=str))
         return 0
     lines = [f"run          {run['name']}  ({run['status']})", f"path         {run['path']}",
              f"backend      {run['backend'] or '-'} x {run['num_workers']} workers",
@@ -104,7 +107,9 @@ def _show(args: argparse.Namespace) -> int:
         when = _when(failure["time"]) if isinstance(failure.get("time"), (int, float)) else "-"
         lines.append(f"failure      {when}  attempt {failure.get('attempt')}  {failure.get('message')}")
     best = run["best_checkpoint"]
-    if best and best["mode"]:
+    if best and best["ranked_by_run"]:
+        how = f" (by {best['by']}, {best['mode']}: the run's checkpoint_score_attribute; --metric to choose)"
+    elif best and best["mode"]:
         inferred = ", inferred from the name; --mode to choose" if best["mode_inferred"] else ""
         how = f" (by {best['by']}, {best['mode']}{inferred})"
     else:
@@ -129,7 +134,7 @@ def _plot(args: argparse.Namespace) -> int:
     print(json.dumps(drawn) if args.json else
           f"wrote {drawn['output']}: {', '.join(drawn['metrics'])} over {drawn['reports']} reports (x: {drawn['x']}), "
           f"{drawn['checkpoints']} checkpoints ({len(drawn['deleted_checkpoints'])} deleted), "
-          f"restarts at {drawn['restarts_at'] or 'none'}")
+          + (f"restarts at reports {', '.join(map(str, drawn['restarts_at']))}" if drawn["restarts_at"] else "no restarts"))
     return 0
 
 

@@ -28,6 +28,10 @@ __all__ = [  # noqa: F822 - PlacementError comes from __getattr__
     "ScriptExitError", "StorageError", "TrainingFailedError", "TrainkitWarning", "UnknownBackendError",
     "WorkerGroupError"]
 
+# Defined beside the code that raises them; a traceback names them where users import them.
+for _error in (CheckpointCorruptError, RunLockedError, ScriptExitError, StorageError, UnknownBackendError):
+    _error.__module__ = __name__
+
 
 class TrainkitWarning(RuntimeWarning):
     """The category of every warning trainkit issues (also logged to the ``"trainkit"`` logger).

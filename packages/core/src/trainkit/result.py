@@ -36,6 +36,10 @@ class Result:
     error: BaseException | None = None
     best_checkpoints: list[tuple[Checkpoint, dict[str, Any]]] = field(default_factory=list)
     return_value: Any = None
+    # what the run ranks checkpoints by (CheckpointConfig's checkpoint_score_attribute and _order),
+    # recorded in its run_state.json: get_best_checkpoint()'s default
+    score_attribute: str | None = None
+    score_order: Literal["max", "min"] = "max"
 
     @property
     def metrics_dataframe(self) -> Any:
@@ -50,8 +54,14 @@ class Result:
                                                       self.path)]
         return pd.DataFrame(rows)
 
-    def get_best_checkpoint(self, metric: str, mode: Literal["max", "min"]) -> Checkpoint | None:
-        """The kept checkpoint whose reported ``metric`` is best (NaN and missing values never win)."""
+    def get_best_checkpoint(self, metric: str | None = None, mode: Literal["max", "min"] | None = None) -> Checkpoint | None:
+        """The kept checkpoint whose reported ``metric`` is best (NaN and missing values never win).
+        Without ``metric``: by the run's ``checkpoint_score_attribute`` and ``_order`` (what the
+        summary and ``trainkit show`` call best), else the latest checkpoint."""
+        if metric is None:
+            if self.score_attribute is None:
+                return self.checkpoint
+            metric, mode = self.score_attribute, mode or self.score_order
         if mode not in ("max", "min"):
             raise ValueError(f"mode={mode!r} is invalid: expected 'max' or 'min'")
         scored = [(m[metric], c) for c, m in self.best_checkpoints

@@ -128,16 +128,24 @@ class Controller:
     def _prepare_state(self) -> None:
         storage = self.storage
         state = RunState.recover(storage)
+        before = state and state.status
         if state is None:
             state = RunState(storage.name, backend=self.backend_config.name, num_workers=self.scaling.max_workers)
         else:
             state.attempt += 1
             state.next_report_index = max(state.next_report_index, self._last_logged_index() + 1)
+        ranking = self.run_config.checkpoint_config
+        state.checkpoint_score_attribute = ranking.checkpoint_score_attribute
+        state.checkpoint_score_order = ranking.checkpoint_score_order
         state.status, state.error = "running", None
         self.state = state
         self.reports = ReportLog(state, storage, self.display, self.metrics_log, self.run_config.checkpoint_config,
                                  self.validator, self._after_report)
         self.reports.select_resume_checkpoint()
+        if before is not None:  # a re-run of this name: say where it goes on from, in one line
+            self.display.note(f"resuming run {storage.name!r} ({before} before) from "
+                              f"{state.latest_checkpoint or 'scratch (no checkpoint)'}, at report "
+                              f"{state.next_report_index}", logging.INFO)
         state.save(storage)
 
     def _attempt_runner(self) -> AttemptRunner:
@@ -212,8 +220,7 @@ class Controller:
         result = state.to_result(storage.fs, storage.run_path, self.run_config.checkpoint_config,
                                  error=attempt.error, return_value=attempt.return_value)
         self._callbacks("on_run_end", self._run_context(), result)
-        self.display.summary(result, attempts=state.attempt + 1, reports=state.next_report_index,
-                             checkpoint_config=self.run_config.checkpoint_config)
+        self.display.summary(result, attempts=state.attempt + 1, reports=state.next_report_index)
         return result
 
     def _next_attempt(self) -> None:

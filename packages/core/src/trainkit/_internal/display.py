@@ -209,9 +209,10 @@ class Display:
             self._live = None
 
     @_to_terminal
-    def summary(self, result: Any, attempts: int, reports: int, checkpoint_config: Any) -> None:
+    def summary(self, result: Any, attempts: int, reports: int) -> None:
         """The final table (``attempts`` and ``reports`` of the whole run, as ``trainkit show``
-        counts them); with a ``checkpoint_score_attribute``, also the best checkpoint."""
+        counts them); with a ``checkpoint_score_attribute``, also the best checkpoint (the one
+        ``result.get_best_checkpoint()`` and ``trainkit show`` name)."""
         if self.verbose < 1:
             return
         from rich.table import Table
@@ -225,8 +226,8 @@ class Display:
             table.add_row("metrics", format_metrics(result.metrics, limit=10))
         if result.checkpoint:
             table.add_row("checkpoint", result.checkpoint.path)
-        metric = checkpoint_config.checkpoint_score_attribute
-        if metric and (best := result.get_best_checkpoint(metric, checkpoint_config.checkpoint_score_order)):
+        metric = result.score_attribute
+        if metric and (best := result.get_best_checkpoint()):
             scores = {metric: next(m[metric] for c, m in result.best_checkpoints if c == best)}
             table.add_row("best", f"{best.path}  ({format_metrics(scores)})")
         if result.error is not None:

@@ -4,15 +4,17 @@ On a local or shared disk it is ``metrics.jsonl``, appended to. Object stores ca
 there the log is a series of segments, ``metrics.jsonl.d/<first index>.jsonl``, each rewritten
 whole per report until it holds ``SEGMENT_LINES`` lines: a report costs one small PUT however long
 the run. Readers take ``metrics.jsonl`` and then the segments in order, and skip a line a crash
-or a full disk tore (a writer never glues onto one: it starts a new line).
+tore. A local write that fails (a full disk) is truncated back to the last whole line, and so is a
+line a crash tore, before the next append. Lines are strict JSON (``strict_json``: NaN and
+infinities tagged), readable by ``jq`` and any JSON Lines tool.
 """
 
 from __future__ import annotations
 
-import json
 import posixpath
 from typing import TYPE_CHECKING, Any
 
+from trainkit._internal import strict_json
 from trainkit._internal.retry import with_retries
 from trainkit._internal.storage import METRICS, is_local, list_dir, open_input
 from trainkit._internal.untrusted import NotRegularFileError
@@ -37,7 +39,7 @@ class MetricsLog:
         self._unwritten: list[tuple[int, str]] = []  # (index, line)
 
     def append(self, record: dict[str, Any]) -> None:
-        self._unwritten.append((int(record["index"]), json.dumps(record)))
+        self._unwritten.append((int(record["index"]), strict_json.dumps(record)))
 
     def flush(self) -> None:
         """Write what was appended; what a failed write left stays for the next flush."""
@@ -64,21 +66,57 @@ class MetricsLog:
 
 
 def _append_local(target: str, line: str) -> None:
-    with open(target, "a+b") as f:
-        torn = f.tell() > 0 and (f.seek(-1, 2), f.read(1))[1] != b"\n"  # the last write was cut short
-        f.write(("\n" if torn else "").encode() + line.encode() + b"\n")
-        f.flush()  # a full disk fails here, inside the retry wrapper, not at close
+    """Append ``line``; a write that fails (a full disk, an I/O error) is undone, and a line a
+    crash tore is cut off first: the file always ends with a whole line."""
+    with open(target, "a+b", buffering=0) as f:  # unbuffered: nothing is left to write at close
+        whole = _last_whole_line_end(f)
+        if whole != f.seek(0, 2):
+            f.truncate(whole)
+        data = memoryview(line.encode() + b"\n")
+        try:
+            while data:
+                data = data[f.write(data):]  # a full disk fails here, inside the retry wrapper
+        except OSError:
+            f.truncate(whole)
+            raise
+
+
+def _last_whole_line_end(f: Any, chunk: int = 1 << 16) -> int:
+    """The offset just past the file's last newline (0 when it has none)."""
+    position = f.seek(0, 2)
+    if position == 0 or (f.seek(-1, 2), f.read(1))[1] == b"\n":  # the common case: one byte read
+        return position
+    while position > 0:
+        start = max(0, position - chunk)
+        f.seek(start)
+        data = f.read(position - start)
+        if (cut := data.rfind(b"\n")) >= 0:
+            return start + cut + 1
+        position = start
+    return 0
+
+
+def _log_paths(fs: "pafs.FileSystem", run_path: str) -> list[str]:
+    segments = list_dir(fs, posixpath.join(run_path, SEGMENTS))  # no links followed
+    return [posixpath.join(run_path, METRICS), *sorted(info.path for info in segments if info.base_name.endswith(".jsonl"))]
+
+
+def _record(line: str | bytes) -> dict[str, Any] | None:
+    try:
+        record = strict_json.loads(line)
+    except ValueError:
+        return None  # torn by a crash
+    if isinstance(record, dict) and "index" in record and isinstance(record.get("metrics"), dict):
+        return record
+    return None
 
 
 def read_metrics_log(fs: "pafs.FileSystem", run_path: str) -> list[dict[str, Any]]:
     """Every consolidated report of a run, in order; [] when there is none."""
     from trainkit._internal.display import warn
 
-    paths = [posixpath.join(run_path, METRICS)]
-    segments = list_dir(fs, posixpath.join(run_path, SEGMENTS))
-    paths += sorted(info.path for info in segments if info.base_name.endswith(".jsonl"))
     records = []
-    for path in paths:
+    for path in _log_paths(fs, run_path):
         try:
             text = with_retries("read", path, lambda: _read(fs, path))
         except FileNotFoundError:
@@ -86,14 +124,38 @@ def read_metrics_log(fs: "pafs.FileSystem", run_path: str) -> list[dict[str, Any
         except NotRegularFileError as exc:
             warn(f"{exc}; its reports are skipped")
             continue
-        for line in text.splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue  # torn by a crash or a full disk
-            if isinstance(record, dict) and "index" in record and isinstance(record.get("metrics"), dict):
-                records.append(record)
+        records += filter(None, map(_record, text.splitlines()))
     return records
+
+
+def read_last_report(fs: "pafs.FileSystem", run_path: str) -> dict[str, Any] | None:
+    """The run's last consolidated report, reading no more than its last lines; None when there is none."""
+    for path in reversed(_log_paths(fs, run_path)):
+        try:
+            if is_local(fs):
+                with open_input(fs, path) as f:  # a regular file, never blocking
+                    lines = _lines_backwards(f)
+                    found = next(filter(None, map(_record, lines)), None)
+            else:
+                text = with_retries("read", path, lambda: _read(fs, path))
+                found = next(filter(None, map(_record, reversed(text.splitlines()))), None)
+        except (FileNotFoundError, NotRegularFileError):
+            continue
+        if found is not None:
+            return found
+    return None
+
+
+def _lines_backwards(f: Any, chunk: int = 1 << 16) -> Any:
+    """The lines of a binary file, last first, read from its end in chunks."""
+    position, tail = f.seek(0, 2), b""
+    while position > 0:
+        start = max(0, position - chunk)
+        f.seek(start)
+        lines = (f.read(position - start) + tail).split(b"\n")
+        tail, position = lines[0], start
+        yield from reversed(lines[1:])
+    yield tail
 
 
 def _read(fs: "pafs.FileSystem", path: str) -> str:

@@ -169,7 +169,7 @@ class Plugins:
         elif nearest:
             message += f" Did you mean {nearest[0]!r}?"
         elif name in first_party_plugins():
-            message += f" To add it: pip install {first_party_plugins()[name]}"
+            message += f" To add it: {install_hint(first_party_plugins()[name])}"
         if info is None and (problems := self.not_loaded()):
             message += f" {problems}"  # the backend may be one of theirs (an entry name need not match it)
         raise UnknownBackendError(message)
@@ -177,6 +177,13 @@ class Plugins:
 
 def _label(info: PluginInfo) -> str:
     return f"{info.distribution or info.name} (entry point {info.name!r})"
+
+
+def install_hint(distribution: str) -> str:
+    """How to install one of this repository's distributions (not published yet: from a clone)."""
+    folder = distribution.removeprefix("trainkit-")
+    return (f"pip install {distribution} once it is published; until then, in a clone of the trainkit "
+            f"repository: pip install -e packages/core -e packages/{folder}")
 
 
 def first_party_plugins() -> dict[str, str]:

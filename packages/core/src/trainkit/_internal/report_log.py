@@ -235,8 +235,9 @@ class ReportLog:
         records = {record.name: record for record in self.state.checkpoints}
         for name, metrics in finished:
             self.display.note(f"validated {name}: {metrics}", logging.INFO)
-            if name in records:  # else a retention already dropped it: nothing to rank
-                records[name].metrics = {**records[name].metrics, **metrics}
+            if (record := records.get(name)) is not None:  # else a retention already dropped it
+                record.validation = {**(record.validation or {}), **metrics}
+                record.metrics = {**(record.metrics or {}), **metrics}
         keep = self._protected() | {self.resumed_from} - {None}
         dropped = self.state.apply_retention(self.checkpoint_config, keep)
         self.state.save(self.storage)

@@ -7,10 +7,12 @@ import logging
 import math
 import posixpath
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from trainkit._internal import storage as storage_mod
+from trainkit._internal import strict_json
+from trainkit._internal.metrics_log import read_last_report
 from trainkit._internal.untrusted import NotRegularFileError, stored_name
 from trainkit.checkpoint import Checkpoint
 from trainkit.config import CheckpointConfig
@@ -19,7 +21,8 @@ if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
 logger = logging.getLogger("trainkit")
-FORMAT = 1
+# 2: no metrics (a checkpoint's live in its manifest, the last report's in metrics.jsonl); 1's still read
+FORMAT = 2
 
 
 START_PHASES = ("ray_start", "placement", "actors", "setup", "backend", "launch", "first_report", "framework_import")
@@ -61,10 +64,32 @@ def _driver_gone(fs: "pafs.FileSystem", run_path: str) -> str | None:
 
 @dataclass
 class CheckpointRecord:
+    """A committed checkpoint. Its reported metrics live once, in its manifest: run_state.json holds
+    only ``score`` (the value ranking needs) and what a validation added, so its size does not grow
+    with the metrics (bench P11). ``metrics`` None: not read from the manifest yet."""
+
     name: str
     index: int
     attempt: int
-    metrics: dict[str, Any]
+    metrics: dict[str, Any] | None = None  # reported, merged with ``validation``
+    score: float | None = None  # the value of the run's checkpoint_score_attribute (None: missing or NaN)
+    validation: dict[str, Any] | None = None  # the metrics its validation added
+
+    def to_json(self, attribute: str | None) -> dict[str, Any]:
+        if self.metrics is not None:
+            value = self.metrics.get(attribute) if attribute else None
+            self.score = value if is_score(value) else None
+        record = {"name": self.name, "index": self.index, "attempt": self.attempt, "score": self.score}
+        return {**record, "validation": self.validation} if self.validation else record
+
+    def fill_metrics(self, manifest: dict[str, Any] | None) -> None:
+        reported = manifest.get("metrics") if manifest else None
+        self.metrics = {**(reported if isinstance(reported, dict) else {}), **(self.validation or {})}
+
+
+def is_score(value: Any) -> bool:
+    """A value ranking can use: a number, not NaN (NaN and missing values rank last)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
 
 
 @dataclass
@@ -77,7 +102,10 @@ class RunState:
     next_report_index: int = 0
     checkpoints: list[CheckpointRecord] = field(default_factory=list)
     latest_checkpoint: str | None = None
-    last_metrics: dict[str, Any] | None = None
+    # what the run ranks checkpoints by (its latest fit's CheckpointConfig): every reader's "best"
+    checkpoint_score_attribute: str | None = None
+    checkpoint_score_order: str = "max"
+    last_metrics: dict[str, Any] | None = None  # not in run_state.json (format 2): metrics.jsonl's last line
     failures: list[dict[str, Any]] = field(default_factory=list)
     world_sizes: list[int] = field(default_factory=list)  # each attempt's workers (elastic runs resize)
     start_profile: dict[str, float] = field(default_factory=dict)  # the latest attempt's: start_profile()
@@ -88,13 +116,27 @@ class RunState:
 
     # -- persistence -----------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        # shallow: asdict() would deep-copy every checkpoint's metrics only to drop them
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "last_metrics"}
+        data["checkpoints"] = [c.to_json(self.checkpoint_score_attribute) for c in self.checkpoints]
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "RunState":
         data = dict(data)
-        data["checkpoints"] = [CheckpointRecord(**c) for c in data.get("checkpoints", [])]
+        data["checkpoints"] = [CheckpointRecord(**c) for c in data.get("checkpoints", [])]  # format 1: with metrics
         return cls(**data)
+
+    def fill_checkpoint_metrics(self, fs: "pafs.FileSystem", run_path: str) -> None:
+        """Read the metrics of the checkpoints that lack them from their manifests."""
+        for c in self.checkpoints:
+            if c.metrics is None:
+                c.fill_metrics(storage_mod.read_manifest(fs, posixpath.join(run_path, c.name)))
+
+    def score_config(self) -> CheckpointConfig:
+        """The ranking the run recorded (no attribute: newest first)."""
+        return CheckpointConfig(checkpoint_score_attribute=self.checkpoint_score_attribute,
+                                checkpoint_score_order=self.checkpoint_score_order)
 
     def save(self, storage: storage_mod.RunStorage) -> None:
         self.updated = time.time()
@@ -107,8 +149,10 @@ class RunState:
         for name in (storage_mod.STATE, storage_mod.STATE + ".prev"):
             try:
                 with storage_mod.open_input(fs, posixpath.join(run_path, name)) as f:
-                    state = cls.from_json(json.loads(f.read().decode()))
+                    state = cls.from_json(strict_json.loads(f.read()))
                 state.drop_unsafe_names(posixpath.join(run_path, name))
+                if state.last_metrics is None and (last := read_last_report(fs, run_path)) is not None:
+                    state.last_metrics = last["metrics"]
                 if state.status == "running" and (gone := _driver_gone(fs, run_path)):
                     state.status, state.error = "interrupted", f"its driver stopped without finishing the run ({gone})"
                 return state
@@ -134,9 +178,14 @@ class RunState:
             state = cls(storage.name)
         on_disk = {m["name"]: m for m in committed}
         state.checkpoints = [c for c in state.checkpoints if c.name in on_disk and c.index == on_disk[c.name]["index"]]
+        for c in state.checkpoints:
+            if c.metrics is None:
+                c.fill_metrics(on_disk[c.name])
         for m in committed:
             if m["name"] not in {c.name for c in state.checkpoints}:  # a commit the state missed
-                state.checkpoints.append(CheckpointRecord(m["name"], m["index"], m.get("attempt", 0), m.get("metrics", {})))
+                record = CheckpointRecord(m["name"], m["index"], m.get("attempt", 0))
+                record.fill_metrics(m)
+                state.checkpoints.append(record)
         state.checkpoints.sort(key=lambda c: c.index)
         state.latest_checkpoint = state.checkpoints[-1].name if state.checkpoints else None
         if state.checkpoints:
@@ -163,8 +212,11 @@ class RunState:
             return sorted(self.checkpoints, key=lambda c: c.index, reverse=True)
 
         def key(c: CheckpointRecord) -> tuple:
-            value = c.metrics.get(attribute)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+            if c.metrics is not None:
+                value = c.metrics.get(attribute)
+            else:  # metrics not read: the recorded score serves the recorded attribute
+                value = c.score if attribute == self.checkpoint_score_attribute else None
+            if not is_score(value):
                 return (1, 0.0, -c.index)
             return (0, -value if config.checkpoint_score_order == "max" else value, -c.index)
 
@@ -182,12 +234,15 @@ class RunState:
 
     def to_result(self, fs: "pafs.FileSystem", run_path: str, config: CheckpointConfig | None = None,
                   error: BaseException | None = None, return_value: Any = None) -> Any:
+        """The run's ``Result``; best checkpoints first by ``config``'s ranking (default: the recorded one)."""
         from trainkit.result import Result
 
         def checkpoint(name: str) -> Checkpoint:
             return Checkpoint(posixpath.join(run_path, name), fs)
 
-        ordered = self.ranked(config) if config and config.checkpoint_score_attribute else \
+        self.fill_checkpoint_metrics(fs, run_path)
+        config = config or self.score_config()
+        ordered = self.ranked(config) if config.checkpoint_score_attribute else \
             sorted(self.checkpoints, key=lambda c: c.index)
         return Result(
             metrics=self.last_metrics,
@@ -197,4 +252,6 @@ class RunState:
             error=error,
             best_checkpoints=[(checkpoint(c.name), c.metrics) for c in ordered],
             return_value=return_value,
+            score_attribute=config.checkpoint_score_attribute,
+            score_order=config.checkpoint_score_order,
         )

@@ -10,7 +10,8 @@ from typing import Any
 
 from trainkit._internal import storage as storage_mod
 from trainkit._internal.metrics_log import read_metrics_log
-from trainkit._internal.run_state import START_PHASES, RunState
+from trainkit._internal.run_state import START_PHASES, RunState, is_score
+from trainkit.config import CheckpointConfig
 
 
 # names where lower is better: losses, errors, distances, perplexity, durations
@@ -42,39 +43,50 @@ def list_runs(storage_path: str) -> list[dict[str, Any]]:
     runs = []
     for info in infos:
         if info.type == pafs.FileType.Directory and (state := RunState.load(fs, info.path)) is not None:
+            best = next(iter(state.ranked(state.score_config())), None)  # recorded scores: no manifest read
             runs.append({"name": state.name, "path": info.path, "status": state.status,
                          "attempts": state.attempt + 1, "reports": state.next_report_index,
-                         "checkpoints": len(state.checkpoints), "last_metrics": state.last_metrics or {},
-                         "updated": state.updated})
+                         "checkpoints": len(state.checkpoints), "best_checkpoint": best and best.name,
+                         "best_by": state.checkpoint_score_attribute or "latest",
+                         "last_metrics": state.last_metrics or {}, "updated": state.updated})
     return sorted(runs, key=lambda run: run["updated"], reverse=True)
 
 
 def describe_run(run_path: str, metric: str | None = None, mode: str | None = None) -> dict[str, Any]:
     """One run: its state, failures and checkpoints with their metrics, and the best checkpoint
-    (by ``metric`` when given, else the latest; ``mode`` None: ``infer_mode(metric)``)."""
+    (by ``metric`` when given, ``mode`` None: ``infer_mode(metric)``; else by what the run ranks
+    checkpoints by, its ``checkpoint_score_attribute``; else the latest)."""
     fs, path = storage_mod.resolve_filesystem(locate_run(run_path))
     state = RunState.load(fs, path)
     if state is None:
-        raise FileNotFoundError(f"no trainkit run at {run_path!r} (no {storage_mod.STATE})")
+        raise FileNotFoundError(f"no trainkit run at {run_path!r} (no {storage_mod.STATE}); "
+                                "`trainkit runs` lists the runs")
     if mode not in ("max", "min", None):
         raise ValueError(f"mode={mode!r} is invalid: expected 'max' or 'min'")
     inferred = metric is not None and mode is None
-    mode = infer_mode(metric) if inferred else mode
+    if metric is None:
+        ranking, by = state.score_config(), "run"
+    else:
+        ranking, by = CheckpointConfig(checkpoint_score_attribute=metric,
+                                       checkpoint_score_order=infer_mode(metric) if inferred else mode), "option"
+    state.fill_checkpoint_metrics(fs, path)
+    ranked = state.ranked(ranking)
+    best = ranked[0].name if ranked else None
+    if ranking.checkpoint_score_attribute and best and not is_score(ranked[0].metrics.get(ranking.checkpoint_score_attribute)):
+        best = None  # no checkpoint has the metric (NaN never wins)
     checkpoints = [{"name": c.name, "path": posixpath.join(path, c.name), "report_index": c.index,
                     "attempt": c.attempt, "metrics": c.metrics}
                    for c in sorted(state.checkpoints, key=lambda c: c.index)]
-    best = checkpoints[-1] if checkpoints else None
-    if metric is not None:
-        scored = [c for c in checkpoints if isinstance(c["metrics"].get(metric), (int, float))
-                  and c["metrics"][metric] == c["metrics"][metric]]  # NaN never wins
-        best = (max if mode == "max" else min)(scored, key=lambda c: c["metrics"][metric]) if scored else None
+    best_checkpoint = next((c for c in checkpoints if c["name"] == best), None)
+    attribute = ranking.checkpoint_score_attribute
     return {"name": state.name, "path": path, "status": state.status, "backend": state.backend,
             "num_workers": state.num_workers, "attempts": state.attempt + 1, "reports": state.next_report_index,
             "created": state.created, "updated": state.updated, "error": state.error,
             "failures": state.failures, "world_sizes": state.world_sizes, "last_metrics": state.last_metrics or {}, "checkpoints": checkpoints,
             "start_profile": {phase: state.start_profile[phase] for phase in START_PHASES if phase in state.start_profile},
-            "best_checkpoint": best and {**best, "by": metric or "latest", "mode": metric and mode,
-                                         "mode_inferred": inferred}}
+            "best_checkpoint": best_checkpoint and {
+                **best_checkpoint, "by": attribute or "latest", "mode": attribute and ranking.checkpoint_score_order,
+                "mode_inferred": inferred, "ranked_by_run": by == "run" and attribute is not None}}
 
 
 def _checkpoint_dirs(fs: Any, path: str) -> set[str]:

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from trainkit._internal import faults
+from trainkit._internal import faults, strict_json
 from trainkit._internal.interface import field_label
 from trainkit._internal.naming import validate_name
 from trainkit._internal.redact import redact
@@ -345,7 +345,7 @@ def read_manifest(fs: "pafs.FileSystem", checkpoint_path: str) -> dict[str, Any]
     source = posixpath.join(checkpoint_path, MANIFEST)
     try:
         with open_input(fs, source) as f:
-            manifest = json.loads(f.read().decode())
+            manifest = strict_json.loads(f.read())
     except (FileNotFoundError, NotRegularFileError, ValueError):
         return None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
@@ -396,7 +396,7 @@ def verify_checkpoint(fs: "pafs.FileSystem", checkpoint_path: str) -> dict[str, 
 def _dump_manifest(manifest: dict) -> str:
     """A manifest as compact JSON: ``indent`` would force Python's slow encoder, half of a commit's
     time at 4,096 ranks (bench P10); ``python -m json.tool`` pretty-prints it."""
-    return json.dumps(manifest, separators=(",", ":"))
+    return strict_json.dumps(manifest, separators=(",", ":"))
 
 
 class RunStorage:
@@ -502,7 +502,7 @@ class RunStorage:
     def write_json_atomic(self, name: str, obj: Any) -> None:
         """Replace ``name`` atomically, keeping the previous version as ``name.prev``."""
         self.check_fence()
-        data = json.dumps(obj, indent=1, sort_keys=True).encode()
+        data = strict_json.dumps(obj, indent=1, sort_keys=True).encode()
         final, prev = self.path(name), self.path(f"{name}.prev")
         tmp = self.path(f"{TMP_PREFIX}{name}.{os.getpid()}.{threading.get_ident()}")  # one per writer
         if is_local(self.fs):
