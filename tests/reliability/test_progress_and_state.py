@@ -103,7 +103,7 @@ def test_a2_rank_stuck_in_user_code_is_named_with_its_stack_and_retried(ray_clus
 
 def _wait_for_reports(proc, run_path, count):
     state_file = os.path.join(run_path, "run_state.json")
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 300  # a guard against a hang, not a speed
     while True:
         assert proc.poll() is None, proc.stderr.read()[-3000:]
         if os.path.exists(state_file) and json.load(open(state_file))["next_report_index"] >= count:
@@ -126,7 +126,7 @@ def test_a3_state_follows_reports_and_a_dead_driver_reads_interrupted(tmp_path, 
     killed_at = time.time()
     monkeypatch.setattr(lock, "STALE_S", 1.0)  # the readers' threshold, not the driver's heartbeat
     while (run := list_runs(str(tmp_path))[0])["status"] == "running":
-        assert time.time() - killed_at < 15, run
+        assert time.time() - killed_at < 120, run  # a guard; STALE_S=1 makes it ~1 s
         time.sleep(0.2)
     detected_s = time.time() - json.load(open(tmp_path / "run" / ".lock"))["heartbeat"]
     shown = describe_run(str(tmp_path / "run"))
@@ -146,7 +146,7 @@ def test_a4_ctrl_c_ends_the_run_in_one_line_as_interrupted(tmp_path, run_driver,
     _wait_for_reports(proc, str(tmp_path / "run"), 3)
     begin = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
+    _, stderr = proc.communicate(timeout=300)  # the processes fixture ends it if this fails
     exit_s = time.monotonic() - begin
     shown = describe_run(str(tmp_path / "run"))
     figure("A4", f"SIGINT to a running driver: exited {proc.returncode} in {exit_s:.1f} s with one line, state "
