@@ -2,16 +2,17 @@
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
+
+from trainkit.testing import subprocesses
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "torch_quickstart.py"
 
 
 def test_quickstart_trains_and_scores_above_90_percent(tmp_path):
     env = {**os.environ, "TRAINKIT_STORAGE_PATH": str(tmp_path)}
-    out = subprocess.run([sys.executable, str(EXAMPLE)], env=env, capture_output=True, text=True, timeout=300)
+    out = subprocesses.run([sys.executable, str(EXAMPLE)], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     accuracy = float(re.search(r"held-out test accuracy: ([0-9.]+)", out.stdout).group(1))
     print(f"quickstart held-out accuracy: {accuracy:.3f}")

@@ -4,7 +4,7 @@ finished line (not a line per refresh), nothing doubled when the user's script c
 import sys
 import textwrap
 
-from trainkit.testing.processes import run
+from trainkit.testing import subprocesses
 
 DRIVER = textwrap.dedent('''
     import os, sys, time
@@ -41,7 +41,7 @@ DRIVER = textwrap.dedent('''
 def test_rank_output_logged_per_attempt_progress_once_not_doubled(tmp_path):
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
-    out = run([sys.executable, str(driver), str(tmp_path)], capture_output=True, text=True, timeout=600)
+    out = subprocesses.run([sys.executable, str(driver), str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     console = out.stdout + out.stderr
     for attempt in (0, 1):

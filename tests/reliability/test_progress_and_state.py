@@ -8,6 +8,7 @@ import time
 
 import trainkit
 from trainkit import Checkpoint, DataParallelTrainer, FailureConfig, ScalingConfig
+from trainkit.testing import subprocesses
 
 TWO = ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5})
 
@@ -199,11 +200,10 @@ print(json.dumps(counts))
 
 
 def test_a5_no_watchdog_leaks_across_fits(tmp_path, figure):
-    import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", FIT_TWICE.replace("STORAGE", repr(str(tmp_path)))], capture_output=True,
-                         text=True, timeout=180)
+    out = subprocesses.run([sys.executable, "-c", FIT_TWICE.replace("STORAGE", repr(str(tmp_path)))],
+                           capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     counts = json.loads(out.stdout.strip().splitlines()[-1])
     figure("A5", f"watchdog processes after each of 2 fit() + ray.shutdown(): {counts}")

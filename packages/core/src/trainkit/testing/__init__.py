@@ -13,7 +13,7 @@ Fixtures:
     no_leaked_processes   fails a test that leaves child processes running
     processes             ``processes.start(...)``: a subprocess in its own session with default
                           SIGINT/SIGTERM, ended with its process group and Ray session when the
-                          test ends (``trainkit.testing.processes.run``: ``subprocess.run`` alike)
+                          test ends (``trainkit.testing.subprocesses.run``: ``subprocess.run`` alike)
 
 ``simulated_cluster()``: a context manager giving a multi-node Ray cluster on this machine.
 
@@ -33,7 +33,7 @@ from trainkit.testing.fixtures import (
     run_config,
     simulated_cluster,
 )
-from trainkit.testing.processes import processes
+from trainkit.testing.subprocesses import processes
 from trainkit.testing.requirements import gpu_count, requires
 
 __all__ = [
