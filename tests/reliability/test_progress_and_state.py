@@ -30,7 +30,7 @@ def checkpoint_vanishes_on_rank_one(config):
             caught.append(f"{type(exc).__name__} at step {step}")
         shutil.rmtree(tmp, ignore_errors=True)
     begin = time.monotonic()
-    committed = trainkit.get_all_reported_checkpoints(timeout_s=30)
+    committed = trainkit.get_all_reported_checkpoints(timeout_s=120)
     with open(os.path.join(config["out"], f"rank{rank}.json"), "w") as f:
         json.dump({"caught": caught, "committed": [c.checkpoint.path.rsplit("/", 1)[1] for c in committed],
                    "waited_s": time.monotonic() - begin}, f)
@@ -48,7 +48,7 @@ def test_a1_failed_report_leaves_no_hole(ray_cluster, run_config, tmp_path, figu
     assert [r["caught"] for r in ranks] == [[], ["ValueError at step 1"]]
     for r in ranks:
         assert r["committed"] == ["checkpoint_000000", "checkpoint_000002", "checkpoint_000003"]
-    assert waited_s < 5
+    assert waited_s < 60  # well before the timeout: it did not wait for report 1's checkpoint
     assert result.metrics == {"step": 3} and result.checkpoint.path.endswith("checkpoint_000003")
     assert state["next_report_index"] == 4 and state["status"] == "finished"
 
@@ -98,7 +98,7 @@ def test_a2_rank_stuck_in_user_code_is_named_with_its_stack_and_retried(ray_clus
     assert "in stuck_in_user_code" in errors.errors[0] and "progress_timeout_s" in errors.errors[0]
     shown = capfd.readouterr()
     assert "in stuck_in_user_code" in shown.out + shown.err  # the retry does not hide where it hung
-    assert detected_s < 2 + 4
+    assert detected_s < 2 + 60  # by progress_timeout_s, not its default (3600 s), with room for a busy machine
     assert result.error is None and result.metrics == {"step": 3} and attempts == [0, 0, 1, 1]
 
 

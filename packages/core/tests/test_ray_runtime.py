@@ -48,7 +48,7 @@ def test_use_gpu_without_a_gpu_fails_at_once_saying_so(ray_cluster, run_config):
     with pytest.raises(ValueError, match=r"GPU=1 \(the machine has 0\).*use_gpu=True needs a GPU"):
         DataParallelTrainer(lambda: trainkit.report({"x": 1}), scaling_config=ScalingConfig(num_workers=2, use_gpu=True),
                             run_config=run_config()).fit()
-    assert time.monotonic() - begin < 10  # not the 60 s placement timeout
+    assert time.monotonic() - begin < 45  # not the 60 s placement timeout (room for a busy machine)
 
 
 def test_the_embedded_raylet_runs_agent_stubs_and_runtime_env_still_works(ray_cluster):
@@ -95,7 +95,7 @@ def test_the_agent_stub_exits_once_its_raylet_is_gone(processes):
     assert psutil.Process(pid).status() != psutil.STATUS_ZOMBIE  # waits while its raylet lives
     raylet.kill()
     raylet.wait()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a guard; the stub polls its raylet every 0.5 s
     while time.monotonic() < deadline:
         try:
             if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
@@ -104,7 +104,7 @@ def test_the_agent_stub_exits_once_its_raylet_is_gone(processes):
             break
         time.sleep(0.1)
     else:
-        raise AssertionError(f"the agent stub (pid {pid}) outlived its raylet by 10 s")
+        raise AssertionError(f"the agent stub (pid {pid}) outlived its raylet by 60 s")
 
 
 def test_the_embedded_raylet_retries_its_store_socket_in_20_ms(ray_cluster):
