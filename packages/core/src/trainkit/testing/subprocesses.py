@@ -71,7 +71,8 @@ def end(proc: subprocess.Popen) -> None:
 def run(args: Any, *, input: Any = None, capture_output: bool = False, timeout: float | None = None,
         check: bool = False, **popen_kwargs: Any) -> subprocess.CompletedProcess:
     """``subprocess.run`` through ``start``: on a timeout (``subprocess.TimeoutExpired``, with the
-    output so far), an exception or a normal exit, the process group is ended before it returns."""
+    output so far), an exception or a normal exit, the process group is ended before it returns.
+    Not for a command that leaves daemons running on purpose (``ray start``): they end with it."""
     if capture_output:
         popen_kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if input is not None:
