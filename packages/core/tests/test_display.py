@@ -100,3 +100,13 @@ def test_trainkit_warnings_fail_this_suite_unless_expected():
     assert issubclass(TrainkitWarning, RuntimeWarning)
     with pytest.raises(TrainkitWarning):
         warn("unexpected")
+
+
+def test_what_the_run_prints_waits_while_a_debugger_has_the_terminal(capsys):
+    shown = display_mod.Display(verbose=1, run_name="r")
+    with shown.handed_over():
+        shown.worker_output(1, "printed meanwhile")
+        shown.note("noted meanwhile")
+        assert capsys.readouterr() == ("", "")
+    captured = capsys.readouterr()
+    assert captured.out == "(rank 1) printed meanwhile\n" and captured.err == "trainkit: noted meanwhile\n"

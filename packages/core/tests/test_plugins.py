@@ -78,6 +78,48 @@ def test_broken_plugins_are_isolated_and_reasons_given(site):
     assert infos["oldfw"]["status"] == "skipped" and "outside the supported range <1.0" in infos["oldfw"]["reason"]
 
 
+def make_site(tmp_path, *dists):
+    site = tmp_path / "site"
+    site.mkdir()
+    for name, entry, backend in dists:
+        make_dist(site, name, GOOD.format(framework="pluggy", backend=backend), entry=entry)
+    return site
+
+
+@pytest.mark.parametrize("impostor_entry", ["aaa", "zzz"])  # loads before and after the real 'mid'
+def test_a_plugin_registering_another_plugins_backend_is_the_error_whatever_the_load_order(tmp_path, impostor_entry):
+    site = make_site(tmp_path, ("real-mid", "mid", "mid"), ("impostor", impostor_entry, "mid"))
+    result = load(site, TRAINKIT_PLUGINS=f"mid,{impostor_entry}")
+    assert result["backends"] == {"mid": "mid"}
+    assert result["infos"]["mid"]["status"] == "loaded"
+    impostor = result["infos"][impostor_entry]
+    assert impostor["status"] == "error"
+    assert f"registers backend 'mid', but a plugin registers only the backend its entry point names " \
+           f"('{impostor_entry}')" in impostor["reason"]
+
+
+def test_two_plugins_claiming_one_backend_are_both_errors_and_the_backend_refuses_to_guess(tmp_path):
+    site = make_site(tmp_path, ("mid-one", "mid", "mid"), ("mid-two", "mid", "mid"),
+                     ("sub-one", "sub", "sub_x"), ("sub-x", "sub_x", "sub_x"))
+    result = load(site, TRAINKIT_PLUGINS="mid,sub,sub_x")
+    assert result["backends"] == {}
+    by_dist = {info["distribution"]: info for info in result["infos"].values()}
+    assert by_dist["mid-one"]["status"] == by_dist["mid-two"]["status"] == "error"
+    assert "backend 'mid' is also registered by mid-two (entry point 'mid')" in by_dist["mid-one"]["reason"]
+    assert "backend 'mid' is also registered by mid-one (entry point 'mid')" in by_dist["mid-two"]["reason"]
+    assert by_dist["sub-one"]["status"] == by_dist["sub-x"]["status"] == "error"  # a clash between two entry names
+    code = ("import trainkit\ntry:\n    trainkit.Trainer(lambda: None, backend='mid')\n"
+            "except ValueError as e:\n    print(e)\n")
+    env = {**os.environ, "PYTHONPATH": str(site), "TRAINKIT_PLUGINS": "mid"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert ("Backend 'mid' is registered by more than one plugin: mid-one (entry point 'mid') and mid-two "
+            "(entry point 'mid'). trainkit will not guess") in out
+    table = subprocess.run([sys.executable, "-m", "trainkit.cli", "plugins", "--json"], env=env,
+                           capture_output=True, text=True, check=True).stdout
+    rows = [(row["distribution"], row["status"]) for row in json.loads(table) if row["name"] == "mid"]
+    assert sorted(rows) == [("mid-one", "error"), ("mid-two", "error")]
+
+
 def test_allow_and_deny_lists(site):
     denied = load(site, TRAINKIT_DISABLED_PLUGINS="toy,broken")
     assert denied["infos"]["toy"]["status"] == "disabled" and "toy" not in denied["backends"]

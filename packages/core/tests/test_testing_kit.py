@@ -112,7 +112,7 @@ def test_backend_conformance_fails_each_seeded_mistake_and_passes_the_correct_pl
     result = run_tests("""
         import trainkit
         from trainkit import BackendConfig
-        from trainkit.testing import BackendConformance
+        from trainkit.testing import BackendConformance, CheckpointConformance
         import trainkit_toyfw as toy
 
         def framework_rank():
@@ -143,12 +143,25 @@ def test_backend_conformance_fails_each_seeded_mistake_and_passes_the_correct_pl
         class TestBrokenTrainer(Toy):
             backend_config = toy.BrokenTrainerConfig()
 
+        class TestDropsConfig(Toy):
+            backend_config = toy.DropsConfigConfig()
+
         class TestNoCommunication(Toy):  # each rank keeps its own value
             backend_config = BackendConfig()
             framework_rank = staticmethod(lambda: trainkit.get_context().get_world_rank())
             all_gather = staticmethod(lambda value: [value])
+
+        class TestToyCheckpointIO(CheckpointConformance):
+            checkpoint_io = toy.ToyCheckpointIO()
+
+            def make_state(self, seed):
+                return {"weights": [1.0, 2.0 + seed]}
+
+        class TestEveryRankCheckpointIO(TestToyCheckpointIO):
+            checkpoint_io = toy.EveryRankCheckpointIO()
     """, "-k", "TestToy or (ReversedRanks and ranks_and) or (NoTeardown and (shutdown or local)) "
-               "or (BrokenTrainer and registered) or (NoCommunication and ranks_and)",
+               "or (BrokenTrainer and registered) or (DropsConfig and registered) or (NoCommunication and ranks_and) "
+               "or (EveryRank and run_and_resume)",
          f"--junitxml={report}", "--timeout=300")
     outcomes = {}
     for case in ElementTree.parse(report).iter("testcase"):
@@ -159,7 +172,9 @@ def test_backend_conformance_fails_each_seeded_mistake_and_passes_the_correct_pl
     assert passed == [f"TestToy.test_{name}" for name in (
         "failure_on_one_rank_surfaces_with_its_rank", "framework_ranks_and_collective_follow_trainkit_ranks",
         "loading_plugins_imports_no_framework", "local_mode", "registered_trainers_fit",
-        "shutdown_tears_the_framework_down_and_is_repeatable")], result.stdout.str()[-6000:]
+        "shutdown_tears_the_framework_down_and_is_repeatable")] + [f"TestToyCheckpointIO.test_{name}" for name in (
+        "altered_file_is_refused", "round_trip_in_process", "round_trip_through_a_run_and_resume")], \
+        result.stdout.str()[-6000:]
     expected = {
         "TestReversedRanks.test_framework_ranks_and_collective_follow_trainkit_ranks":
             "TestReversedRanks: on trainkit rank 0 framework_rank() returned 1, expected 0",
@@ -168,6 +183,9 @@ def test_backend_conformance_fails_each_seeded_mistake_and_passes_the_correct_pl
         "TestNoTeardown.test_local_mode": "is_initialized() is still true in the driver after local mode ended",
         "TestBrokenTrainer.test_registered_trainers_fit":
             "the registered BrokenTrainer.fit() failed: ",
+        "TestDropsConfig.test_registered_trainers_fit":
+            "the registered DropsConfigTrainer dropped the user's config: built with backend_config=",
+        "TestEveryRankCheckpointIO.test_round_trip_through_a_run_and_resume": "EveryRankCheckpointIO.report ",
         "TestNoCommunication.test_framework_ranks_and_collective_follow_trainkit_ranks":
             "TestNoCommunication: on rank 0 all_gather(rank) returned [0.0], expected [0.0, 1.0]",
     }
@@ -181,7 +199,7 @@ def test_backend_conformance_fails_each_seeded_mistake_and_passes_the_correct_pl
 def test_a_missing_backend_names_the_plugin_loaders_reason(run_tests, tmp_path, monkeypatch):
     _install_toy_plugin(tmp_path / "site", monkeypatch, module="trainkit_toyfw_typo")  # a typo in the entry point
     result = run_tests("""
-        from trainkit.testing import BackendConformance
+        from trainkit.testing import BackendConformance, CheckpointConformance
         import trainkit_toyfw as toy
 
         class TestToy(BackendConformance):

@@ -40,10 +40,10 @@ class TestJaxBackend(BackendConformance):
 class TestJaxCheckpointIO(CheckpointConformance):
     checkpoint_io = JaxCheckpointIO()
 
-    def make_state(self):
+    def make_state(self, seed):
         import jax.numpy as jnp
 
-        return {"params": {"w": jnp.arange(6.0).reshape(2, 3), "b": jnp.zeros(3)},
+        return {"params": {"w": jnp.arange(6.0).reshape(2, 3) + seed, "b": jnp.zeros(3)},
                 "opt": ({"count": jnp.array(7)}, None), "layers": [1, 2.5, "relu", True], "step": 3}
 
     def assert_same(self, loaded, saved):

@@ -50,10 +50,10 @@ class TestLightGBMBackend(BackendConformance):
 class TestLightGBMCheckpointIO(CheckpointConformance):
     checkpoint_io = LightGBMCheckpointIO()
 
-    def make_state(self):
+    def make_state(self, seed):
         x = np.arange(40.0).reshape(20, 2)
         data = lightgbm.Dataset(x, label=x[:, 0] > 20, params={"verbose": -1})
-        return lightgbm.train({"objective": "binary", "num_threads": 1, "min_data_in_leaf": 2, "verbose": -1}, data, 3)
+        return lightgbm.train({"objective": "binary", "num_threads": 1, "min_data_in_leaf": 2, "verbose": -1}, data, 3 + seed)
 
     def assert_same(self, loaded, saved):
         assert loaded.dump_model()["tree_info"] == saved.dump_model()["tree_info"]

@@ -47,8 +47,10 @@ class TestTensorflowBackend(BackendConformance):
 class TestKerasCheckpointIO(CheckpointConformance):
     checkpoint_io = KerasCheckpointIO()
 
-    def make_state(self):
+    def make_state(self, seed):
         import keras
+
+        keras.utils.set_random_seed(seed)
 
         model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(1)])
         model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")

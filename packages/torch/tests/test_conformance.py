@@ -18,8 +18,8 @@ class TestTorchBackend(BackendConformance):
 class TestTorchCheckpointIO(CheckpointConformance):
     checkpoint_io = TorchCheckpointIO("model.pt")
 
-    def make_state(self):
-        return {"weight": torch.arange(6.0).reshape(2, 3), "epoch": 3}
+    def make_state(self, seed):
+        return {"weight": torch.arange(6.0).reshape(2, 3) + seed, "epoch": 3}
 
     def assert_same(self, loaded, saved):
         assert torch.equal(loaded["weight"], saved["weight"]) and loaded["epoch"] == saved["epoch"]

@@ -37,9 +37,9 @@ class TestXGBoostBackend(BackendConformance):
 class TestXGBoostCheckpointIO(CheckpointConformance):
     checkpoint_io = XGBoostCheckpointIO()
 
-    def make_state(self):
+    def make_state(self, seed):
         x = np.arange(40.0).reshape(20, 2)
-        return xgboost.train({"max_depth": 2, "nthread": 1}, xgboost.DMatrix(x, label=x[:, 0] > 20), 3)
+        return xgboost.train({"max_depth": 2, "nthread": 1}, xgboost.DMatrix(x, label=x[:, 0] > 20), 3 + seed)
 
     def assert_same(self, loaded, saved):
         assert loaded.save_raw("json") == saved.save_raw("json")

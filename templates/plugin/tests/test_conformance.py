@@ -35,8 +35,8 @@ class TestMyFrameworkBackend(BackendConformance):
 class TestMyFrameworkCheckpointIO(CheckpointConformance):
     checkpoint_io = MyFrameworkCheckpointIO()
 
-    def make_state(self):
-        return {"weights": [1.0, 2.0, 3.0], "step": 7}  # TODO: a state of your framework
+    def make_state(self, seed):
+        return {"weights": [1.0, 2.0, 3.0 + seed], "step": 7}  # TODO: a state of your framework (seeds differ)
 
     def assert_same(self, loaded, saved):
         assert loaded == saved  # TODO: compare the framework's way

@@ -180,6 +180,35 @@ class CheckpointIO:
             return self.load_from_directory(path)
 
 
+class ModelFileCheckpointIO(CheckpointIO):
+    """A model that writes itself to one file with ``save_model(path)`` (XGBoost's and LightGBM's
+    Boosters). A subclass sets ``default_filename`` and reads the file back in ``load_model``.
+
+    Example::
+
+        class LightGBMCheckpointIO(trainkit.ModelFileCheckpointIO):
+            default_filename = "model.txt"
+
+            def load_model(self, path):
+                return lightgbm.Booster(model_file=path)
+    """
+
+    default_filename: str
+
+    def __init__(self, filename: str | None = None):
+        self.filename = self.check_filename(filename or self.default_filename)
+
+    def save(self, state: Any, directory: str) -> None:
+        state.save_model(os.path.join(directory, self.filename))
+
+    def load_from_directory(self, directory: str) -> Any:
+        return self.load_model(os.path.join(directory, self.filename))
+
+    def load_model(self, path: str) -> Any:
+        """The model saved at ``path``."""
+        raise NotImplementedError
+
+
 @contextlib.contextmanager
 def resume_file(name: str, written_by: str, checkpoint: Checkpoint | None = None) -> Iterator[str | None]:
     """For a plugin's resume helper: a local path to file (or directory) ``name`` of ``checkpoint``

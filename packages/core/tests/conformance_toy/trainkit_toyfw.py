@@ -1,11 +1,15 @@
-"""trainkit-toyfw: the plugin of toyfw, as a third party writes it, and three backends with the
-mistakes the conformance suite must catch: ranks reversed against trainkit's (``toy_reversed``), a
-teardown that does nothing (``toy_no_teardown``), a registered Trainer that forgets its default
-config (``toy_broken_trainer``). Imports no framework; the backend imports toyfw on the workers."""
+"""trainkit-toyfw: the plugin of toyfw, as a third party writes it, and the mistakes the
+conformance suite must catch: ranks reversed against trainkit's (``toy_reversed``), a teardown that
+does nothing (``toy_no_teardown``), a registered Trainer that forgets its default config
+(``toy_broken_trainer``), one that drops the user's config (``toy_drops_config``), and a checkpoint
+helper that saves on every rank (``EveryRankCheckpointIO``). Imports no framework; the backend
+imports toyfw on the workers."""
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -82,9 +86,37 @@ class BrokenTrainer(DataParallelTrainer):
         super().__init__(train_loop_per_worker, **kwargs)  # forgot: kwargs.setdefault("backend_config", ...)
 
 
+class DropsConfigConfig(ToyConfig):
+    pass
+
+
+class DropsConfigTrainer(DataParallelTrainer):
+    def __init__(self, train_loop_per_worker, **kwargs):
+        kwargs["backend_config"] = DropsConfigConfig()  # meant setdefault: the user's config is lost
+        super().__init__(train_loop_per_worker, **kwargs)
+
+
+class ToyCheckpointIO(trainkit.CheckpointIO):
+    def save(self, state, directory):
+        with open(os.path.join(directory, "state.json"), "w") as f:
+            json.dump(state, f)
+
+    def load_from_directory(self, directory):
+        with open(os.path.join(directory, "state.json")) as f:
+            return json.load(f)
+
+
+class EveryRankCheckpointIO(ToyCheckpointIO):
+    def report(self, metrics, state):  # forgot: only rank 0 saves
+        with tempfile.TemporaryDirectory() as tmp:
+            self.save(state, tmp)
+            trainkit.report(metrics, checkpoint=trainkit.Checkpoint.from_directory(tmp))
+
+
 @hookimpl
 def trainkit_register_backends(registry) -> None:
     registry.register("toy", ToyConfig, ToyTrainer)
     registry.register("toy_reversed", ReversedRanksConfig)
     registry.register("toy_no_teardown", NoTeardownConfig)
     registry.register("toy_broken_trainer", BrokenTrainerConfig, BrokenTrainer)
+    registry.register("toy_drops_config", DropsConfigConfig, DropsConfigTrainer)

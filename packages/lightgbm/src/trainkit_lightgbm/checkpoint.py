@@ -2,27 +2,22 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from trainkit import CheckpointIO
+from trainkit.checkpoint import ModelFileCheckpointIO
 
 
-class LightGBMCheckpointIO(CheckpointIO):
-    """A ``lightgbm.Booster`` saved with ``save_model`` as text.
+class LightGBMCheckpointIO(ModelFileCheckpointIO):
+    """A ``lightgbm.Booster`` saved with ``save_model`` as text (``model.txt`` unless ``filename``).
 
     Example::
 
         booster = LightGBMCheckpointIO().load(result.checkpoint)   # verified first
     """
 
-    def __init__(self, filename: str = "model.txt"):
-        self.filename = self.check_filename(filename)
+    default_filename = "model.txt"
 
-    def save(self, state: Any, directory: str) -> None:
-        state.save_model(os.path.join(directory, self.filename))
-
-    def load_from_directory(self, directory: str) -> Any:
+    def load_model(self, path: str) -> Any:
         import lightgbm
 
-        return lightgbm.Booster(model_file=os.path.join(directory, self.filename))
+        return lightgbm.Booster(model_file=path)

@@ -2,29 +2,25 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from trainkit import CheckpointIO
+from trainkit.checkpoint import ModelFileCheckpointIO
 
 
-class XGBoostCheckpointIO(CheckpointIO):
-    """A ``Booster`` saved with ``save_model`` (the format follows the file name: ``.ubj``, ``.json``).
+class XGBoostCheckpointIO(ModelFileCheckpointIO):
+    """A ``Booster`` saved with ``save_model`` (``model.ubj`` unless ``filename``; the format follows
+    the file name: ``.ubj``, ``.json``).
 
     Example::
 
         booster = XGBoostCheckpointIO().load(result.checkpoint)   # verified first
     """
 
-    def __init__(self, filename: str = "model.ubj"):
-        self.filename = self.check_filename(filename)
+    default_filename = "model.ubj"
 
-    def save(self, state: Any, directory: str) -> None:
-        state.save_model(os.path.join(directory, self.filename))
-
-    def load_from_directory(self, directory: str) -> Any:
+    def load_model(self, path: str) -> Any:
         import xgboost
 
         booster = xgboost.Booster()
-        booster.load_model(os.path.join(directory, self.filename))
+        booster.load_model(path)
         return booster

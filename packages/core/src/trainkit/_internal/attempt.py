@@ -4,6 +4,7 @@ Reports go to the run's ``ReportLog``; the controller decides what follows the `
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import time
@@ -11,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from trainkit._internal.debug_relay import DebugRelay
 from trainkit._internal.display import Display
 from trainkit._internal.events import Failed, Finished, Output, Report
 from trainkit._internal.failure_policy import Outcome
@@ -62,7 +64,8 @@ def _forwarded_env() -> dict[str, str]:
 class AttemptRunner:
     def __init__(self, *, train_fn: Callable, train_loop_config: dict | None, backend_config: BackendConfig,
                  scaling_config: ScalingConfig, failure_config: FailureConfig, datasets: dict[str, Any] | None,
-                 reports: ReportLog, display: Display, logs: RunLogs, plugins: Any, ray_start_s: float | None):
+                 reports: ReportLog, display: Display, logs: RunLogs, plugins: Any, ray_start_s: float | None,
+                 debug_relay: DebugRelay | None = None):
         self.train_fn = train_fn
         self.train_loop_config = train_loop_config
         self.backend_config = backend_config
@@ -75,6 +78,7 @@ class AttemptRunner:
         self.logs = logs
         self.plugins = plugins
         self.ray_start_s = ray_start_s  # this fit's, shown in its first attempt's profile
+        self.debug_relay = debug_relay  # the ranks' breakpoint()
         self._start_marks: dict[str, float] = {}  # the attempt's, until its first report
         self._import_s: list[float] = []
         self._tails: dict[int, deque[str]] = {}  # each rank's last lines of output, this attempt
@@ -92,7 +96,8 @@ class AttemptRunner:
         scaling = self.scaling
         start = functools.partial(worker_group.WorkerGroup.start, scaling, run_name=self.storage.name,
                                   attempt=self.state.attempt, storage=self.storage,
-                                  env={**_forwarded_env(), "TRAINKIT_VERBOSE": str(self.display.verbose)},
+                                  env={**_forwarded_env(), **(self.debug_relay.env if self.debug_relay else {}),
+                                       "TRAINKIT_VERBOSE": str(self.display.verbose)},
                                   prewarm_modules=self.backend_config.prewarm_modules)
         if not scaling.elastic:
             return start(scaling.max_workers)
@@ -186,13 +191,17 @@ class AttemptRunner:
                         self._handle(item, outcome, running)
                 self._send_acks(group)
                 now = time.monotonic()
+                # a rank in the debugger, and its peers waiting for it, are neither hung nor stuck
+                debugged = self.debug_relay is not None and self.debug_relay.debugged()
+                if debugged:
+                    progress.restart(group.workers, running)
                 hung = sorted(r for r, seconds in receiver.silent().items() if r in running and seconds > timeout_s)
-                if hung and outcome.error is None:
+                if hung and outcome.error is None and not debugged:
                     message = (f"rank(s) {hung} stopped responding for more than {timeout_s:g} s "
                                "(FailureConfig.worker_timeout_s)")
                     outcome.error = WorkerGroupError(message, {r: TimeoutError(message) for r in hung},
                                                      rank=hung[0], error_type="WorkerHung")
-                if outcome.error is None and (stuck := progress.check(group.workers, running)):
+                if outcome.error is None and not debugged and (stuck := progress.check(group.workers, running)):
                     outcome.error = outcome.worker_errors[stuck.rank] = stuck
                 self.reports.save_state_if_due()
                 if can_grow and running and now >= next_check and outcome.error is None:
@@ -294,7 +303,7 @@ class AttemptRunner:
         try:
             backend.on_local_start(self.backend_config)
             try:
-                with self.backend_config.train_fn_context():
+                with self.backend_config.train_fn_context(), self._local_breakpoints():
                     outcome.return_value = call_train_fn(self.train_fn, self.train_loop_config)
                 session.finish()
             finally:
@@ -311,6 +320,9 @@ class AttemptRunner:
             set_session(None)
             self.reports.local_session = None
         return outcome
+
+    def _local_breakpoints(self) -> Any:
+        return self.debug_relay.in_this_process() if self.debug_relay else contextlib.nullcontext()
 
     def _record_start_profile(self) -> None:
         ray_start_s = self.ray_start_s if self.state.attempt == self._first_attempt else None

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from trainkit._internal import storage as storage_mod
 from trainkit._internal.attempt import AttemptResult, AttemptRunner
+from trainkit._internal.debug_relay import DebugRelay, ray_init_keeps_breakpoints, users_hook
 from trainkit._internal.display import Display
 from trainkit._internal.failure_policy import Decision, FailurePolicy, Outcome
 from trainkit._internal.lock import RunLock
@@ -57,6 +58,7 @@ class Controller:
         self.state: RunState | None = None
         self.reports: ReportLog | None = None  # built with the state, by _prepare_state
         self._ray_start_s: float | None = None  # this fit's, shown in its first attempt's profile
+        self.debug_relay: DebugRelay | None = None  # the ranks' breakpoint(), for the run's length
 
     # -- run -------------------------------------------------------------------------------------
     def run(self) -> Result:
@@ -66,19 +68,24 @@ class Controller:
         lock = RunLock(storage)
         lock.acquire()
         try:
+            breakpoints = users_hook()
             if not self.scaling.local_mode:
                 from trainkit._internal.ray_runtime import check_can_ever_place, ensure_ray
 
                 begin = time.monotonic()
-                ensure_ray()
+                with ray_init_keeps_breakpoints():
+                    ensure_ray()
                 check_can_ever_place(self.scaling)
                 self._ray_start_s = time.monotonic() - begin
                 check_enclosing_reservation(self.scaling.min_workers, self.scaling.worker_resources)
+            self.debug_relay = DebugRelay(self.display, breakpoints, serve=not self.scaling.local_mode)
             self._prepare_state()
             return self._run_attempts(self._attempt_runner())
         except KeyboardInterrupt:
             self._interrupted(self.policy.decide(Outcome(interrupted=True)))
         finally:
+            if self.debug_relay is not None:
+                self.debug_relay.close()
             lock.release()
 
     def _interrupted(self, decision: Decision) -> None:
@@ -117,7 +124,7 @@ class Controller:
                              backend_config=self.backend_config, scaling_config=self.scaling,
                              failure_config=self.run_config.failure_config, datasets=self.datasets,
                              reports=self.reports, display=self.display, logs=self.logs, plugins=self.plugins,
-                             ray_start_s=self._ray_start_s)
+                             ray_start_s=self._ray_start_s, debug_relay=self.debug_relay)
 
     def _run_attempts(self, runner: AttemptRunner) -> Result:
         state = self.state

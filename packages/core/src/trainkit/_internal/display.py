@@ -13,12 +13,15 @@ exists), so they reach log files and aggregators; unconfigured, each shows once,
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
 import sys
+import threading
 import time
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 if TYPE_CHECKING:  # rich is imported where a display draws: workers import this module for warn()
     from rich.console import Console
@@ -70,6 +73,18 @@ def emit(console: Console, *renderables: Any) -> None:
     console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
 
 
+def _to_terminal(method: Callable) -> Callable:
+    """A Display method that prints: while the terminal is handed over, it runs once it is back."""
+    @functools.wraps(method)
+    def shown(self: "Display", *args: Any, **kwargs: Any) -> None:
+        with self._lock:
+            if self._held is not None:
+                self._held.append(functools.partial(method, self, *args, **kwargs))
+            else:
+                method(self, *args, **kwargs)
+    return shown
+
+
 class Display:
     def __init__(self, verbose: int | None, run_name: str):
         from rich.console import Console
@@ -80,13 +95,43 @@ class Display:
         if not self.console.is_terminal:  # plain lines: never wrap at an imagined 80 columns
             self.console = Console(stderr=True, highlight=False, width=10_000)
         self._live: Live | None = None
+        self._live_wanted = False  # between start() and stop()
+        self._lock = threading.RLock()  # the relay's thread hands the terminal over (handed_over)
+        self._held: list[Callable[[], None]] | None = None  # while handed over: what prints once it is back
         self._first_rank: dict[str, int] = {}  # worker output line -> the rank that printed it first
         self._started = self._last_line = time.monotonic()
         self._progress: str | None = None  # rank 0's progress bar, as last drawn
         self.fields: dict[str, Any] = {"attempt": 0, "workers": 0, "reports": 0, "metrics": None, "checkpoint": None}
 
     def start(self) -> None:
-        if self.verbose >= 1 and self.console.is_terminal:
+        with self._lock:
+            self._live_wanted = self.verbose >= 1 and self.console.is_terminal
+            if self._held is None:
+                self._start_live()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._live_wanted = False
+            self._stop_live()
+
+    @contextlib.contextmanager
+    def handed_over(self) -> Iterator[None]:
+        """The terminal is a debugger's (``debug_relay``): the status line stops and what the run
+        prints meanwhile waits; both come back after."""
+        with self._lock:
+            self._stop_live()
+            self._held = []
+        try:
+            yield
+        finally:
+            with self._lock:
+                held, self._held = self._held, None
+                self._start_live()
+                for show in held:
+                    show()
+
+    def _start_live(self) -> None:
+        if self._live_wanted and self._live is None:
             from rich.live import Live
 
             # get_renderable: each refresh redraws the status, so its clock ticks while nothing arrives
@@ -108,10 +153,12 @@ class Display:
         return Group(text, Text(f"(rank 0) {self._progress}")) if self._progress else text
 
     def update(self, **fields: Any) -> None:
-        self.fields.update(fields)
-        if self._live is not None:
-            self._live.refresh()
+        with self._lock:
+            self.fields.update(fields)
+            if self._live is not None:
+                self._live.refresh()
 
+    @_to_terminal
     def report(self, index: int, metrics: dict[str, Any], checkpoint: str | None) -> None:
         self.update(reports=self.fields["reports"] + 1, metrics=metrics, checkpoint=checkpoint or self.fields["checkpoint"])
         now = time.monotonic()
@@ -121,12 +168,14 @@ class Display:
             self.console.print(f"trainkit: report {index}  {format_metrics(metrics)}{suffix}", markup=False)
             self._last_line = now
 
+    @_to_terminal
     def note(self, message: str, level: int = logging.WARNING) -> None:
         """A line about the run (``level=logging.INFO`` for one that is no warning)."""
         log(level, message)
         if self.verbose >= 1:
             self.console.print(f"trainkit: {message}", markup=False, style="yellow")
 
+    @_to_terminal
     def worker_output(self, rank: int, text: str, progress: bool = False) -> None:
         """Prints ``text`` prefixed by rank; below verbose=2, a line another rank already printed
         (the same warning from every worker) is shown once. ``progress``: the latest state of a
@@ -154,11 +203,12 @@ class Display:
             sys.stdout.write(prefixed + "\n")
             sys.stdout.flush()
 
-    def stop(self) -> None:
+    def _stop_live(self) -> None:
         if self._live is not None:
             self._live.stop()
             self._live = None
 
+    @_to_terminal
     def summary(self, result: Any, attempts: int, reports: int, checkpoint_config: Any) -> None:
         """The final table (``attempts`` and ``reports`` of the whole run, as ``trainkit show``
         counts them); with a ``checkpoint_score_attribute``, also the best checkpoint."""

@@ -7,7 +7,9 @@ Environment:
 
 A plugin whose framework is missing or outside the version range its distribution declares is
 skipped with a reason; one that fails to import or register is logged and skipped. Neither
-affects the other plugins.
+affects the other plugins. A plugin registers the backend its entry point names (or names under it,
+``<entry>_<variant>``); two plugins claiming one name are both errors, and that backend refuses to
+pick one: which plugin wins is never decided by load order.
 """
 
 from __future__ import annotations
@@ -34,7 +36,23 @@ GROUP = "trainkit.plugins"
 
 
 class UnknownBackendError(ValueError):
-    """No installed plugin provides the requested backend."""
+    """No installed plugin provides the requested backend, or more than one claims it."""
+
+
+class BackendClashError(ValueError):
+    """A backend name that another plugin already registered."""
+
+    def __init__(self, name: str, other: str) -> None:
+        super().__init__(f"backend {name!r} is also registered by plugin {other!r}")
+        self.name, self.other = name, other
+
+
+DIRECT = "<direct>"  # registrations made outside any plugin (tests, scripts)
+
+
+def owns(entry_name: str, backend: str) -> bool:
+    """Whether the plugin of entry point ``entry_name`` may register ``backend``."""
+    return backend == entry_name or backend.startswith(f"{entry_name}_")
 
 
 @dataclass
@@ -61,11 +79,14 @@ class BackendRegistry:
     """Backends by name. Plugins call ``register`` from ``trainkit_register_backends``."""
 
     entries: dict[str, BackendEntry] = field(default_factory=dict)
-    plugin: str = "<direct>"
+    plugin: str = DIRECT  # the entry point of the plugin registering now
 
     def register(self, name: str, config_cls: type, trainer_cls: type | None = None) -> None:
+        if self.plugin != DIRECT and not owns(self.plugin, name):
+            raise ValueError(f"it registers backend {name!r}, but a plugin registers only the backend its entry "
+                             f"point names ({self.plugin!r}) or names starting with '{self.plugin}_'")
         if name in self.entries:
-            raise ValueError(f"backend {name!r} is already registered by plugin {self.entries[name].plugin!r}")
+            raise BackendClashError(name, self.entries[name].plugin)
         self.entries[name] = BackendEntry(name, config_cls, trainer_cls, self.plugin)
         if isinstance(config_cls, type) and issubclass(config_cls, BackendConfig):
             config_cls._registered_name = name  # its BackendConfig.name, shown in progress and run state
@@ -79,6 +100,7 @@ class Plugins:
         self.manager.add_hookspecs(hookspecs)
         self.infos: dict[str, PluginInfo] = {}
         self.backends = BackendRegistry()
+        self.clashes: dict[str, list[PluginInfo]] = {}  # backend name -> the plugins that all claim it
 
     @property
     def hook(self) -> Any:
@@ -100,12 +122,25 @@ class Plugins:
         try:
             others = [p for p in self.manager.get_plugins() if p is not module]
             self.manager.subset_hook_caller("trainkit_register_backends", others)(registry=self.backends)
+        except BackendClashError as clash:  # both are errors: neither wins by having loaded first
+            self.backends.entries = {n: e for n, e in before.items() if e.plugin != clash.other}
+            self.manager.unregister(module)
+            self.manager.unregister(name=clash.other)
+            self.clash(clash.name, [self.infos[clash.other], info])
         except Exception as exc:  # noqa: BLE001
             self.backends.entries = before
             self.manager.unregister(module)
             self._fail(info, exc)
         finally:
-            self.backends.plugin = "<direct>"
+            self.backends.plugin = DIRECT
+
+    def clash(self, backend: str, infos: list[PluginInfo]) -> None:
+        """Every plugin in ``infos`` claims ``backend``: each becomes an error naming the others."""
+        self.clashes[backend] = infos
+        for info in infos:
+            others = ", ".join(_label(i) for i in infos if i is not info)
+            info.status, info.reason = "error", f"backend {backend!r} is also registered by {others}"
+            logger.warning("trainkit plugin %r failed and was skipped: %s", info.name, info.reason)
 
     @staticmethod
     def _fail(info: PluginInfo, exc: BaseException) -> None:
@@ -115,10 +150,14 @@ class Plugins:
     def not_loaded(self) -> str:
         """Why each plugin that is not disabled did not load, e.g. "Plugin trainkit-foo (entry point
         'foo') skipped: foo is not installed"; "" when all of them loaded."""
-        return " ".join(f"Plugin {i.distribution or i.name} (entry point {i.name!r}) {i.status}: {i.reason}."
+        return " ".join(f"Plugin {_label(i)} {i.status}: {i.reason}."
                         for i in self.infos.values() if i.status in ("skipped", "error"))
 
     def backend(self, name: str) -> BackendEntry:
+        if name in self.clashes:
+            claimants = " and ".join(_label(i) for i in self.clashes[name])
+            raise UnknownBackendError(f"Backend {name!r} is registered by more than one plugin: {claimants}. trainkit "
+                                      "will not guess which one to run: uninstall all but one of them.")
         if name in self.backends.entries:
             return self.backends.entries[name]
         installed = ", ".join(sorted(self.backends.entries)) or "none"
@@ -134,6 +173,10 @@ class Plugins:
         if info is None and (problems := self.not_loaded()):
             message += f" {problems}"  # the backend may be one of theirs (an entry name need not match it)
         raise UnknownBackendError(message)
+
+
+def _label(info: PluginInfo) -> str:
+    return f"{info.distribution or info.name} (entry point {info.name!r})"
 
 
 def first_party_plugins() -> dict[str, str]:
@@ -169,22 +212,35 @@ def _framework_problem(module: ModuleType, dist: md.Distribution | None, info: P
     return None
 
 
+def _info(ep: md.EntryPoint) -> PluginInfo:
+    dist = getattr(ep, "dist", None)
+    return PluginInfo(ep.name, dist.name if dist else None, dist.version if dist else None)
+
+
 def load_plugins() -> Plugins:
     """Discover and register every allowed plugin from entry points."""
     plugins = Plugins()
     allow, deny = _env_list("TRAINKIT_PLUGINS"), _env_list("TRAINKIT_DISABLED_PLUGINS")
     autoload = os.environ.get("TRAINKIT_DISABLE_PLUGIN_AUTOLOAD", "").lower() not in ("1", "true", "yes")
-    for ep in sorted(md.entry_points(group=GROUP), key=lambda e: e.name):
-        if ep.name in plugins.infos:
+    def disabled(name: str) -> str | None:
+        return ("listed in TRAINKIT_DISABLED_PLUGINS" if name in deny
+                else "not listed in TRAINKIT_PLUGINS" if allow and name not in allow
+                else "TRAINKIT_DISABLE_PLUGIN_AUTOLOAD is set" if not autoload and name not in allow
+                else None)
+
+    points = sorted(md.entry_points(group=GROUP), key=lambda e: e.name)
+    names = [ep.name for ep in points]
+    for name in sorted({n for n in names if names.count(n) > 1 and not disabled(n)}):
+        infos = [_info(ep) for ep in points if ep.name == name]  # one entry name from two distributions
+        for info in infos:
+            plugins.infos[f"{name} ({info.distribution})"] = info
+        plugins.clash(name, infos)
+    for ep in points:
+        if ep.name in plugins.clashes:
             continue
-        dist = getattr(ep, "dist", None)
-        info = PluginInfo(ep.name, dist.name if dist else None, dist.version if dist else None)
-        disabled = ("listed in TRAINKIT_DISABLED_PLUGINS" if ep.name in deny
-                    else "not listed in TRAINKIT_PLUGINS" if allow and ep.name not in allow
-                    else "TRAINKIT_DISABLE_PLUGIN_AUTOLOAD is set" if not autoload and ep.name not in allow
-                    else None)
-        if disabled:
-            info.status, info.reason = "disabled", disabled
+        info = _info(ep)
+        if reason := disabled(ep.name):
+            info.status, info.reason = "disabled", reason
             plugins.infos[ep.name] = info
             continue
         try:
@@ -193,7 +249,7 @@ def load_plugins() -> Plugins:
             plugins.infos[ep.name] = info
             Plugins._fail(info, exc)
             continue
-        problem = _framework_problem(module, dist, info)
+        problem = _framework_problem(module, getattr(ep, "dist", None), info)
         if problem:
             info.status, info.reason = "skipped", problem
             plugins.infos[ep.name] = info

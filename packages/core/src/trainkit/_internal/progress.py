@@ -58,6 +58,14 @@ class ProgressWatch:
         self.timeout_s = timeout_s
         self._next = time.monotonic() + (timeout_s or 0)  # no rank can be stuck before that
 
+    def restart(self, workers: list[Any], running: set[int]) -> None:
+        """The ranks' clocks stood still for a reason (a debugger session held them): they start
+        over, as at the attempt's start."""
+        if self.timeout_s is not None:
+            self._next = time.monotonic() + self.timeout_s
+            for rank in running:
+                workers[rank].actor.restart_progress.remote()
+
     def check(self, workers: list[Any], running: set[int]) -> WorkerGroupError | None:
         import ray
 

@@ -153,6 +153,11 @@ class Worker:
         """(seconds without progress, the training thread's stack) once that exceeds ``timeout_s``."""
         return self._session and self._session.progress.stalled(self._train_thread, timeout_s)
 
+    def restart_progress(self) -> None:
+        """See ``ProgressWatch.restart``."""
+        if self._session is not None:
+            self._session.progress.mark()
+
     def acknowledge(self, committed: list[tuple[int, Checkpoint | None, dict, list[int]]]) -> None:
         """The driver committed these reports (see ``Session.on_committed``)."""
         if self._session is not None:

@@ -27,8 +27,8 @@ in its ``conftest.py``); the three functions run on the workers::
     class TestTorchCheckpointIO(CheckpointConformance):
         checkpoint_io = TorchCheckpointIO()
 
-        def make_state(self):
-            return {"w": torch.arange(4.0)}
+        def make_state(self, seed):
+            return {"w": torch.arange(4.0) + seed}
 
         def assert_same(self, loaded, saved):
             assert torch.equal(loaded["w"], saved["w"])
@@ -36,10 +36,12 @@ in its ``conftest.py``); the three functions run on the workers::
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import os
 import sys
+import uuid
 from typing import Any, Callable, ClassVar
 
 import pytest
@@ -235,16 +237,20 @@ class BackendConformance:
             _assert_resources_released(ray_cluster)
 
     @_GUARDS
-    def test_registered_trainers_fit(self, run_config) -> None:
+    def test_registered_trainers_fit(self, run_config, monkeypatch) -> None:
+        """Each way to build the plugin's Trainer fits; a config given through the Trainer's own keyword
+        (its ``config_arg``, else ``backend_config``) is the one its backend's ``on_start`` receives."""
         entry = _entry_for(type(self.backend_config))
-        trainers = {f"trainkit.Trainer(fn, backend={entry.name!r})":
-                    functools.partial(trainkit.Trainer, backend=entry.name)}
+        by_name = functools.partial(trainkit.Trainer, backend=entry.name)
+        trainers = [(f"trainkit.Trainer(fn, backend={entry.name!r})", by_name, "backend_config")]
         if entry.trainer_cls is not None:
-            trainers[f"the registered {entry.trainer_cls.__qualname__}"] = entry.trainer_cls
-        for label, trainer_cls in trainers.items():
-            collect = _Collect()
+            label, arg = f"the registered {entry.trainer_cls.__qualname__}", entry.trainer_cls.config_arg
+            trainers += [(label, entry.trainer_cls, None), (label, entry.trainer_cls, arg or "backend_config")]
+        received = _record_on_start(self.backend_config.backend_cls, monkeypatch)
+        for label, trainer_cls, arg in trainers:
+            collect, (config, mark) = _Collect(), _marked(self.backend_config)
             try:
-                trainer = trainer_cls(_ranks_fn, train_loop_config=self._config(),
+                trainer = trainer_cls(_ranks_fn, train_loop_config=self._config(), **({arg: config} if arg else {}),
                                       scaling_config=ScalingConfig(num_workers=self.num_workers),
                                       run_config=run_config(callbacks=[collect]))
             except Exception as exc:  # noqa: BLE001 - named for the author
@@ -255,6 +261,10 @@ class BackendConformance:
                 raise AssertionError(f"{label}.fit() failed: {exc}") from exc
             assert len(collect.reports) == 1, f"{label}: {len(collect.reports)} reports, expected 1"
             _check_ranks(collect.reports[0], self.num_workers, label)
+            got = received[-1] if received else None
+            assert not arg or getattr(got, _MARK, None) == mark, (
+                f"{label} dropped the user's config: built with {arg}={config!r}, its backend's on_start got "
+                f"{got!r}, another {type(got).__name__} (the Trainer must pass on the config it was given)")
 
     @_LOCAL_GUARDS
     def test_local_mode(self, run_config) -> None:
@@ -263,6 +273,28 @@ class BackendConformance:
                          run_config=run_config(callbacks=[collect])).fit()
         assert collect.reports == [[{"world_rank": 0, "world_size": 1}]], collect.reports
         assert not type(self).is_initialized(), "is_initialized() is still true in the driver after local mode ended"
+
+
+_MARK = "_trainkit_conformance_mark"
+
+
+def _marked(config: BackendConfig) -> tuple[BackendConfig, str]:
+    """A copy of ``config`` that carries a mark of its own, and the mark."""
+    marked, mark = copy.copy(config), uuid.uuid4().hex
+    object.__setattr__(marked, _MARK, mark)  # frozen dataclasses too
+    return marked, mark
+
+
+def _record_on_start(backend_cls: type, monkeypatch) -> list[BackendConfig]:
+    """The backend config every ``backend_cls.on_start`` is called with (in the driver), in order."""
+    received, on_start = [], backend_cls.on_start
+
+    def recorded_on_start(backend, worker_group, backend_config) -> None:
+        received.append(backend_config)
+        on_start(backend, worker_group, backend_config)
+
+    monkeypatch.setattr(backend_cls, "on_start", recorded_on_start)
+    return received
 
 
 def _assert_resources_released(ray: Any, timeout_s: float = 10.0) -> None:
@@ -276,8 +308,16 @@ def _assert_resources_released(ray: Any, timeout_s: float = 10.0) -> None:
 
 
 def _save_and_report_fn(config: dict) -> None:
+    """Every rank reports its own state through the helper; each save leaves a file naming its rank."""
     io: CheckpointIO = config["checkpoint_io"]
-    io.report({"rank": trainkit.get_context().get_world_rank()}, config["state"])  # rank 0 saves
+    rank, save = trainkit.get_context().get_world_rank(), io.save
+
+    def counted_save(state: Any, directory: str) -> None:
+        save(state, directory)
+        open(os.path.join(config["saves"], f"{rank}-{uuid.uuid4().hex}"), "w").close()
+
+    io.save = counted_save
+    io.report({"rank": rank}, config["states"][rank])
 
 
 def _fit_two(train_fn: Callable, config: dict, run_config: trainkit.RunConfig) -> trainkit.Result:
@@ -288,14 +328,16 @@ def _fit_two(train_fn: Callable, config: dict, run_config: trainkit.RunConfig) -
 def _resume_fn(config: dict) -> None:
     checkpoint = trainkit.get_checkpoint()
     assert checkpoint is not None, "the resumed run got no checkpoint"
-    config["assert_same"](config["checkpoint_io"].load(checkpoint), config["state"])
+    config["assert_same"](config["checkpoint_io"].load(checkpoint), config["states"][0])
     trainkit.report({"resumed": 1})
 
 
 class CheckpointConformance:
     """What every ``CheckpointIO`` must do. Subclass it as ``Test<Name>CheckpointIO`` and set
-    ``checkpoint_io``; override ``make_state`` (an example of the framework's state) and
-    ``assert_same`` (raises unless a loaded state equals the saved one)."""
+    ``checkpoint_io``; override ``make_state(seed)`` (an example of the framework's state; different
+    seeds give different states, so that each rank holds its own) and ``assert_same`` (raises
+    unless a loaded state equals the saved one). The committed checkpoint must hold rank 0's state,
+    saved once."""
 
     checkpoint_io: ClassVar[CheckpointIO]
 
@@ -303,32 +345,56 @@ class CheckpointConformance:
     def preimported_modules(self, preimported_modules: tuple[str, ...]) -> tuple[str, ...]:
         return (*preimported_modules, type(self.checkpoint_io).__module__)  # see BackendConformance.preimported_modules
 
-    def make_state(self) -> Any:
-        raise NotImplementedError("return an example state of your framework from make_state()")
+    def make_state(self, seed: int) -> Any:
+        raise NotImplementedError("return an example state of your framework from make_state(seed); "
+                                  "different seeds must give different states")
 
     def assert_same(self, loaded: Any, saved: Any) -> None:
         assert loaded == saved
 
+    def _states(self) -> list[Any]:
+        """One state per rank, each different (else a checkpoint of the wrong rank would pass)."""
+        states = [self.make_state(seed) for seed in range(2)]
+        try:
+            self.assert_same(states[1], states[0])
+        except AssertionError:
+            return states
+        raise AssertionError("make_state(0) and make_state(1) are the same by assert_same: the suite gives each "
+                             "rank its own state, so different seeds must give different states")
+
+    def _run_config(self, tmp_path) -> dict:
+        saves = tmp_path / "saves"
+        saves.mkdir()
+        return {"checkpoint_io": self.checkpoint_io, "states": self._states(), "assert_same": self.assert_same,
+                "saves": str(saves)}
+
     def test_round_trip_in_process(self, tmp_path) -> None:
-        state = self.make_state()
+        state = self.make_state(0)
         self.checkpoint_io.save(state, str(tmp_path))
         assert os.listdir(tmp_path), "save() wrote no file"
         assert not any(name.startswith(".") for name in os.listdir(tmp_path)), "dot files are trainkit's own"
         self.assert_same(self.checkpoint_io.load(Checkpoint.from_directory(tmp_path)), state)
 
     @_GUARDS
-    def test_round_trip_through_a_run_and_resume(self, run_config) -> None:
-        config = {"checkpoint_io": self.checkpoint_io, "state": self.make_state(), "assert_same": self.assert_same}
-        rc = run_config()
-        result = _fit_two(_save_and_report_fn, config, rc)
-        self.assert_same(self.checkpoint_io.load(result.checkpoint), config["state"])
+    def test_round_trip_through_a_run_and_resume(self, run_config, tmp_path) -> None:
+        config, rc = self._run_config(tmp_path), run_config()
+        helper = f"{type(self.checkpoint_io).__name__}.report"
+        try:
+            result = _fit_two(_save_and_report_fn, config, rc)
+        except TrainingFailedError as exc:
+            raise AssertionError(f"{helper} failed the run (saves by rank: {_saves(config)}): {exc}") from exc
+        assert _saves(config) == [0], (f"{helper} saved on rank(s) {_saves(config)}: it must save once, on rank 0 "
+                                       "(the other ranks report metrics only)")
+        try:
+            self.assert_same(self.checkpoint_io.load(result.checkpoint), config["states"][0])
+        except AssertionError as exc:
+            raise AssertionError(f"the checkpoint {helper} committed does not hold rank 0's state: {exc}") from exc
         resumed = _fit_two(_resume_fn, config, run_config(name=rc.name, storage_path=rc.storage_path))
         assert resumed.metrics == {"resumed": 1}
 
     @_GUARDS
-    def test_altered_file_is_refused(self, run_config) -> None:
-        config = {"checkpoint_io": self.checkpoint_io, "state": self.make_state()}
-        result = _fit_two(_save_and_report_fn, config, run_config())
+    def test_altered_file_is_refused(self, run_config, tmp_path) -> None:
+        result = _fit_two(_save_and_report_fn, self._run_config(tmp_path), run_config())
         path = result.checkpoint.path
         victim = next(os.path.join(path, n) for n in sorted(os.listdir(path)) if not n.startswith("."))
         with open(victim, "r+b") as f:
@@ -337,3 +403,8 @@ class CheckpointConformance:
             f.write(bytes([first[0] ^ 0xFF]) if first else b"x")
         with pytest.raises(CheckpointCorruptError):
             self.checkpoint_io.load(result.checkpoint)
+
+
+def _saves(config: dict) -> list[int]:
+    """The ranks that saved, one entry per save, in rank order."""
+    return sorted(int(name.split("-")[0]) for name in os.listdir(config["saves"]))
