@@ -111,11 +111,11 @@ def test_two_plugins_claiming_one_backend_are_both_errors_and_the_backend_refuse
     code = ("import trainkit\ntry:\n    trainkit.Trainer(lambda: None, backend='mid')\n"
             "except ValueError as e:\n    print(e)\n")
     env = {**os.environ, "PYTHONPATH": str(site), "TRAINKIT_PLUGINS": "mid"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    out = subprocesses.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert ("Backend 'mid' is registered by more than one plugin: mid-one (entry point 'mid') and mid-two "
             "(entry point 'mid'). trainkit will not guess") in out
-    table = subprocess.run([sys.executable, "-m", "trainkit.cli", "plugins", "--json"], env=env,
-                           capture_output=True, text=True, check=True).stdout
+    table = subprocesses.run([sys.executable, "-m", "trainkit.cli", "plugins", "--json"], env=env,
+                             capture_output=True, text=True, check=True).stdout
     rows = [(row["distribution"], row["status"]) for row in json.loads(table) if row["name"] == "mid"]
     assert sorted(rows) == [("mid-one", "error"), ("mid-two", "error")]
 
