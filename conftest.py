@@ -1,2 +1,33 @@
-# trainkit's own fixtures (ray_cluster, run_config) for every test directory of this repository.
+# trainkit's own fixtures (ray_cluster, run_config, processes) for every test directory of this repository.
+import importlib.metadata
+import os
+import sys
+
 pytest_plugins = ["trainkit.testing", "pytester"]
+
+# DeepSpeed JIT-builds its C++ ops on first use (shm_comm ~40 s, cpu_adam ~65 s; 5 min on a busy
+# machine) into torch's extensions directory and reuses them, but keys them by op name only: ops built
+# by another DeepSpeed version load and then fail (e.g. "module 'deepspeed_shm_comm' has no attribute
+# 'vector_kernel_level'"). So each DeepSpeed version gets its own directory, set here for every
+# session (trainkit-hf's tests, the examples, the docs pages, whose HOME is a temporary directory):
+# one CI run builds each op once. Workers and subprocesses inherit it from this process.
+try:
+    _DEEPSPEED = importlib.metadata.version("deepspeed")
+except importlib.metadata.PackageNotFoundError:
+    _DEEPSPEED = None
+if _DEEPSPEED and "TORCH_EXTENSIONS_DIR" not in os.environ:
+    os.environ["TORCH_EXTENSIONS_DIR"] = os.path.expanduser(f"~/.cache/torch_extensions/deepspeed-{_DEEPSPEED}")
+
+# the ops a CPU run builds: shm_comm for every deepspeed.initialize, cpu_adam for optimizer offload
+_BUILD_OPS = ("from deepspeed.accelerator import get_accelerator\n"
+              "for name in ('ShareMemCommBuilder', 'CPUAdamBuilder'):\n"
+              "    get_accelerator().create_op_builder(name).load()\n")
+
+
+def pytest_collection_finish(session):
+    """Build DeepSpeed's ops before the first test that uses DeepSpeed (nothing when they are built):
+    inside a test they are built under its timeout, by a worker, while the other rank waits."""
+    if _DEEPSPEED and any("deepspeed" in item.nodeid or "huggingface.md" in item.nodeid for item in session.items):
+        from trainkit.testing import subprocesses
+
+        subprocesses.run([sys.executable, "-c", _BUILD_OPS], check=True, timeout=1800)

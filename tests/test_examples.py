@@ -2,19 +2,20 @@
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from trainkit.testing import subprocesses
 
 EXAMPLES = Path(__file__).parents[1] / "examples"
 
 
 def run_example(name, storage):
     """Run ``examples/<name>.py`` with its runs under ``storage``; its stdout."""
-    out = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py")], capture_output=True, text=True,
-                         timeout=300, env={**os.environ, "TRAINKIT_STORAGE_PATH": str(storage)})
+    out = subprocesses.run([sys.executable, str(EXAMPLES / f"{name}.py")], capture_output=True, text=True,
+                           timeout=300, env={**os.environ, "TRAINKIT_STORAGE_PATH": str(storage)})
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
 

@@ -2,10 +2,11 @@
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+
+from trainkit.testing import subprocesses
 
 SCRIPT = Path(__file__).parents[1] / "bench" / "gpu_check.sh"
 
@@ -20,7 +21,7 @@ def run_without_gpu(tmp_path, nvidia_smi: str | None):
         (bin_dir / "nvidia-smi").write_text(nvidia_smi)
         (bin_dir / "nvidia-smi").chmod(0o755)
     env = {"PATH": str(bin_dir), "VENV": str(tmp_path / "venv"), "HOME": str(tmp_path)}
-    done = subprocess.run([shutil.which("bash"), str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocesses.run([shutil.which("bash"), str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60)
     assert not (tmp_path / "venv").exists()  # failed before creating the environment
     return done
 

@@ -2,18 +2,19 @@
 and restarts it when a rank exits with an error."""
 
 import json
-import subprocess
 import sys
 from pathlib import Path
+
+from trainkit.testing import subprocesses
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "torchrun_ddp.py"
 
 
 def test_torchrun_script_runs_unchanged_and_restarts(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "trainkit.cli", "launch", "--nproc", "2", "--cpus-per-worker", "0.5",
-                          "--max-failures", "1", "--name", "ddp", "--storage-path", str(tmp_path / "runs"),
-                          str(EXAMPLE), "--epochs", "3", "--out", str(tmp_path / "out"),
-                          "--crash-once", str(tmp_path / "crashed")], capture_output=True, text=True, timeout=240)
+    out = subprocesses.run([sys.executable, "-m", "trainkit.cli", "launch", "--nproc", "2", "--cpus-per-worker", "0.5",
+                            "--max-failures", "1", "--name", "ddp", "--storage-path", str(tmp_path / "runs"),
+                            str(EXAMPLE), "--epochs", "3", "--out", str(tmp_path / "out"),
+                            "--crash-once", str(tmp_path / "crashed")], capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     for rank in (0, 1):
         assert f"(rank {rank}) rank {rank}/2 local_rank {rank} epoch 0 loss" in out.stdout
@@ -46,11 +47,11 @@ def test_the_rendezvous_store_outlives_rank_0s_script_as_under_torchrun(tmp_path
     may use it after rank 0's process ended, and rank 0's exit never tears down a server under the others."""
     script = tmp_path / "rank_0_ends_first.py"
     script.write_text(RANK_0_ENDS_FIRST)
-    torchrun = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                               str(script)], capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    torchrun = subprocesses.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                                 str(script)], capture_output=True, text=True, timeout=240, cwd=tmp_path)
     assert torchrun.returncode == 0, torchrun.stderr[-3000:]
-    out = subprocess.run([sys.executable, "-m", "trainkit.cli", "launch", "--nproc", "2", "--cpus-per-worker", "0.5",
-                          "--storage-path", str(tmp_path / "runs"), str(script)],
-                         capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    out = subprocesses.run([sys.executable, "-m", "trainkit.cli", "launch", "--nproc", "2", "--cpus-per-worker", "0.5",
+                            "--storage-path", str(tmp_path / "runs"), str(script)],
+                           capture_output=True, text=True, timeout=240, cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     assert "(rank 1) rank 1 used the store after rank 0 ended" in out.stdout

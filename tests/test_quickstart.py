@@ -4,9 +4,10 @@ import ast
 import os
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
+
+from trainkit.testing import subprocesses
 
 ROOT = Path(__file__).parents[1]
 EXAMPLE = ROOT / "examples" / "torch_quickstart.py"
@@ -24,8 +25,8 @@ def quickstart_next(run: str, bin_dir: str) -> str:
 
 def test_quickstart_trains_and_scores_above_90_percent(tmp_path):
     env = {**os.environ, "TRAINKIT_STORAGE_PATH": str(tmp_path)}
-    out = subprocess.run([sys.executable, str(EXAMPLE), "--name", "quick"], env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocesses.run([sys.executable, str(EXAMPLE), "--name", "quick"], env=env, capture_output=True, text=True,
+                           timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     accuracy = float(re.search(r"held-out test accuracy: ([0-9.]+)", out.stdout).group(1))
     print(f"quickstart held-out accuracy: {accuracy:.3f}")
@@ -41,7 +42,7 @@ def test_quickstart_trains_and_scores_above_90_percent(tmp_path):
     assert f"best checkpoint: {best}" in out.stdout
     # the summary, `trainkit show` and Result (the example's get_best_checkpoint()) agree on the best
     assert f"trainkit run quick: finished" in out.stderr
-    shown = subprocess.run([sys.executable, "-m", "trainkit.cli", "show", "quick"], env=env, capture_output=True,
+    shown = subprocesses.run([sys.executable, "-m", "trainkit.cli", "show", "quick"], env=env, capture_output=True,
                            text=True, check=True).stdout
     assert re.search(r"^best +(\S+) \(by val_accuracy, max", shown, re.M).group(1) == os.path.basename(best)
 
@@ -54,6 +55,6 @@ def test_quickstart_trains_and_scores_above_90_percent(tmp_path):
     bin_env = {**env, "PATH": os.pathsep.join([os.path.dirname(sys.executable), env["PATH"]])}
     for command in commands:
         if command.startswith("trainkit "):
-            done = subprocess.run(shlex.split(command), cwd=tmp_path, env=bin_env, capture_output=True, text=True)
+            done = subprocesses.run(shlex.split(command), cwd=tmp_path, env=bin_env, capture_output=True, text=True)
             assert done.returncode == 0, (command, done.stderr)
     assert (tmp_path / "quick.png").stat().st_size > 10_000

@@ -12,14 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from trainkit.testing import subprocesses
+
 SCRIPTS = Path(__file__).parent / "ray_train_scripts"
 NAMES = sorted(p.stem for p in SCRIPTS.glob("*.py"))
 
 
 def migrate(*paths: Path) -> None:
     """``trainkit migrate --write`` on ``paths``; it must rewrite everything."""
-    out = subprocess.run([sys.executable, "-m", "trainkit.cli", "migrate", "--write", *map(str, paths)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocesses.run([sys.executable, "-m", "trainkit.cli", "migrate", "--write", *map(str, paths)],
+                           capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and not out.stderr, out.stderr
 
 
@@ -47,8 +49,8 @@ def missing_frameworks(script: Path) -> list[str]:
 def run_script(script: Path, *args: str) -> subprocess.CompletedProcess:
     """Run ``script`` in its own folder, its runs under ``results`` beside it."""
     env = {**os.environ, "TRAINKIT_STORAGE_PATH": str(script.parent / "results"), "TRAINKIT_VERBOSE": "0"}
-    return subprocess.run([sys.executable, script.name, *args], env=env, capture_output=True, text=True,
-                          timeout=240, cwd=script.parent)
+    return subprocesses.run([sys.executable, script.name, *args], env=env, capture_output=True, text=True,
+                            timeout=240, cwd=script.parent)
 
 
 @pytest.fixture(scope="module")

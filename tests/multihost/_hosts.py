@@ -21,6 +21,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from trainkit.testing import subprocesses
+
 SUBNET = "10.213.7"  # a private /24 that is only ever assigned inside these namespaces
 PREFIX = "tkmh"
 RAY_PORT = 6379  # each namespace has its own ports: fixed ones cannot collide with another run
@@ -34,6 +36,7 @@ RAY_SYSTEM_CONFIG = {"health_check_initial_delay_ms": 0, "health_check_period_ms
 
 
 def sh(*args: str, check: bool = True, timeout: float = 60, env: dict | None = None) -> subprocess.CompletedProcess:
+    # not subprocesses.run: `ray start` leaves its node running in the group that would end it
     done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
     if check and done.returncode:
         raise RuntimeError(f"{' '.join(args)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
@@ -53,8 +56,8 @@ class Host:
         return sh("ip", "netns", "exec", self.name, *args, check=check, timeout=timeout, env=env)
 
     def popen(self, args: list[str], log: Path) -> subprocess.Popen:
-        return subprocess.Popen(["ip", "netns", "exec", self.name, *args], stdout=open(log, "wb"),
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocesses.start(["ip", "netns", "exec", self.name, *args], stdout=open(log, "wb"),
+                                  stderr=subprocess.STDOUT)
 
 
 @dataclass

@@ -69,17 +69,17 @@ DRIVER = Path(__file__).parent / "_driver.py"
 
 
 @pytest.fixture
-def run_driver():
-    return _run_driver
+def run_driver(processes):
+    def run(storage: str, name: str, steps: int, env: dict | None = None, wait: bool = True, **options):
+        """Run tests/reliability/_driver.py in a fresh process (a driver that can be killed), ended
+        with its Ray session when the test ends."""
+        args = [sys.executable, str(DRIVER), storage, name, str(steps), json.dumps(options)]
+        full_env = {**os.environ, "TRAINKIT_VERBOSE": "0", **(env or {})}
+        if not wait:
+            return processes.start(args, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return processes.run(args, env=full_env, capture_output=True, text=True, timeout=600)
 
-
-def _run_driver(storage: str, name: str, steps: int, env: dict | None = None, wait: bool = True, **options):
-    """Run tests/reliability/_driver.py in a fresh process (a driver that can be killed)."""
-    args = [sys.executable, str(DRIVER), storage, name, str(steps), json.dumps(options)]
-    full_env = {**os.environ, "TRAINKIT_VERBOSE": "0", **(env or {})}
-    if not wait:
-        return subprocess.Popen(args, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return subprocess.run(args, env=full_env, capture_output=True, text=True, timeout=180)
+    return run
 
 
 @pytest.fixture

@@ -63,7 +63,7 @@ def test_r11_crashed_driver_with_reused_pid_does_not_block_the_run(ray_cluster, 
 
 
 @pytest.mark.parametrize("store", ["local", "s3"])
-def test_r12_lock_is_exclusive_among_racing_processes(store, tmp_path, s3_server, figure):
+def test_r12_lock_is_exclusive_among_racing_processes(store, tmp_path, s3_server, figure, processes):
     """6 processes race for the lock of 16 runs at the same instant: 8 fresh, 8 held by a crashed
     driver (takeover). Exactly one wins each round."""
     contenders, rounds = 6, 16
@@ -80,10 +80,10 @@ def test_r12_lock_is_exclusive_among_racing_processes(store, tmp_path, s3_server
             f.write(stale_lease(3600).encode())
     go = tmp_path / "go"
     done = tmp_path / "done"
-    procs = [subprocess.Popen([sys.executable, str(CONTENDER), root, str(rounds), str(go), str(tmp_path / f"ready{i}"),
-                               str(done)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs = [processes.start([sys.executable, str(CONTENDER), root, str(rounds), str(go), str(tmp_path / f"ready{i}"),
+                              str(done)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(contenders)]
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300  # a guard against a hang, not a speed
     while sum((tmp_path / f"ready{i}").exists() for i in range(contenders)) < contenders:
         assert time.monotonic() < deadline and all(p.poll() is None for p in procs), [p.communicate() for p in procs]
         time.sleep(0.05)

@@ -103,7 +103,7 @@ def test_r6_one_rank_raises_all_torn_down(ray_cluster, run_config, figure):
     err = info.value
     figure("R6", f"rank 1 raised while rank 0 slept: fit() raised in {elapsed:.2f} s with rank={err.rank}, "
                  f"type={err.error_type}, traceback kept={'fail_on_rank_one' in err.worker_traceback}")
-    assert err.rank == 1 and isinstance(err.__cause__, ValueError) and elapsed < 5 + 3  # +3: worker start
+    assert err.rank == 1 and isinstance(err.__cause__, ValueError) and elapsed < 60  # rank 0 sleeps 120 s
 
 
 @pytest.mark.parametrize("budget", [0, 1, 3])

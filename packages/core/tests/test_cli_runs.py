@@ -3,13 +3,13 @@
 import json
 import os
 import re
-import subprocess
 import sys
 
 import pytest
 
 import trainkit
 from trainkit import FailureConfig, ScalingConfig
+from trainkit.testing import subprocesses
 from trainkit.testing.steps import report_step, resume_step
 
 
@@ -23,8 +23,8 @@ def fail_once_fn(config):
 
 
 def cli(*args, **env):
-    out = subprocess.run([sys.executable, "-m", "trainkit.cli", *args], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, **env})
+    out = subprocesses.run([sys.executable, "-m", "trainkit.cli", *args], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, **env})
     return out.returncode, out.stdout, out.stderr
 
 

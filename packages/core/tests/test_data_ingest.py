@@ -1,7 +1,6 @@
 """Ray Data ingest on real workers: every row reaches exactly one rank per epoch, datasets not
 split reach every rank whole, factories are rebuilt for each attempt."""
 
-import subprocess
 import sys
 
 import numpy as np
@@ -10,6 +9,7 @@ import pytest
 
 import trainkit
 from trainkit import DataConfig, DataParallelTrainer, FailureConfig, ScalingConfig
+from trainkit.testing import subprocesses
 
 ray_data = pytest.importorskip("ray.data", reason="Ray Data is trainkit's 'data' extra")
 
@@ -138,5 +138,5 @@ def test_ray_data_and_tune_are_imported_only_when_used():
               "trainkit.DataParallelTrainer(lambda: None, datasets={'files': ['a', 'b']},\n"
               "                             dataset_config=trainkit.DataConfig())\n"
               "print(sorted(m for m in sys.modules if m.startswith(('ray.data', 'ray.tune'))))")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    out = subprocesses.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -5,7 +5,6 @@ import json
 import os
 import re
 import select
-import signal
 import subprocess
 import sys
 import textwrap
@@ -14,6 +13,7 @@ import time
 import pytest
 
 import trainkit
+from trainkit.testing import subprocesses
 
 FIT = textwrap.dedent('''
     import sys
@@ -54,7 +54,7 @@ class Terminal:
 
     def __init__(self, argv, env):
         self.master, slave = os.openpty()
-        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
+        self.proc = subprocesses.start(argv, stdin=slave, stdout=slave, stderr=slave, env=env)
         os.close(slave)
         self.seen = b""  # everything read so far
         self._unread = 0  # where the next expect starts looking
@@ -79,9 +79,7 @@ class Terminal:
         os.write(self.master, line.encode() + b"\n")
 
     def close(self):
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
+        subprocesses.end(self.proc)  # its process group and the Ray session under it
         os.close(self.master)
 
 
@@ -165,8 +163,8 @@ def test_without_a_terminal_breakpoint_warns_naming_the_rank_and_the_run_goes_on
     env = {k: v for k, v in os.environ.items() if k != "PYTHONBREAKPOINT"}
     if user_setting is not None:  # the user's own PYTHONBREAKPOINT (0: breakpoint() does nothing) holds
         env["PYTHONBREAKPOINT"] = user_setting
-    out = subprocess.run([sys.executable, str(script), str(tmp_path), "notty", "1"], stdin=subprocess.DEVNULL,
-                         capture_output=True, text=True, env=env, timeout=600)
+    out = subprocesses.run([sys.executable, str(script), str(tmp_path), "notty", "1"], stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0 and "FIT-DONE None" in out.stdout, out.stderr[-3000:]
     warned = "breakpoint() in rank 1 ignored: the run's driver has no terminal" in out.stdout + out.stderr
     assert warned == (user_setting is None), out.stdout + out.stderr

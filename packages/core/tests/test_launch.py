@@ -3,11 +3,11 @@ workers, run as the real command."""
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
 import trainkit
+from trainkit.testing import subprocesses
 
 SCRIPT = textwrap.dedent('''
     import argparse, json, os, sys, tempfile, time
@@ -49,10 +49,10 @@ SCRIPT = textwrap.dedent('''
 def launch(tmp_path, name, *script_args, max_failures=0):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
-    return subprocess.run([sys.executable, "-m", "trainkit.cli", "launch", "--nproc", "2", "--cpus-per-worker", "0.5",
-                           "--max-failures", str(max_failures), "--storage-path", str(tmp_path / "runs"),
-                           "--name", name, str(script),
-                           "--out", str(tmp_path), *script_args], capture_output=True, text=True, timeout=120)
+    return subprocesses.run([sys.executable, "-m", "trainkit.cli", "launch", "--nproc", "2", "--cpus-per-worker", "0.5",
+                             "--max-failures", str(max_failures), "--storage-path", str(tmp_path / "runs"),
+                             "--name", name, str(script),
+                             "--out", str(tmp_path), *script_args], capture_output=True, text=True, timeout=120)
 
 
 def test_launch_sets_torchrun_env_script_reports_and_resumes_after_a_restart(tmp_path):
@@ -85,20 +85,20 @@ def test_launch_exit_status_is_the_scripts(tmp_path):
 
 
 def test_launch_bad_arguments_fail_before_starting(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "trainkit.cli", "launch", "--nproc", "0", "missing.py"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocesses.run([sys.executable, "-m", "trainkit.cli", "launch", "--nproc", "0", "missing.py"],
+                           capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--nproc 0: expected 1 or more" in out.stderr
-    out = subprocess.run([sys.executable, "-m", "trainkit.cli", "launch", str(tmp_path / "missing.py")],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocesses.run([sys.executable, "-m", "trainkit.cli", "launch", str(tmp_path / "missing.py")],
+                           capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "is not a file" in out.stderr
     script = tmp_path / "train.py"
     script.write_text("")
     for flags, message in ((["--signals-to-handle", "SIGTERM,SIGFOO,SIGKILL"], "--signals-to-handle SIGFOO,SIGKILL: "
                              "expected signal names a process can catch"),
                            (["--shutdown-timeout", "-1"], "--shutdown-timeout -1.0: expected 0 or more seconds")):
-        out = subprocess.run([sys.executable, "-m", "trainkit.cli", "launch", *flags, str(script)],
+        out = subprocesses.run([sys.executable, "-m", "trainkit.cli", "launch", *flags, str(script)],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 2 and message in out.stderr, out.stderr
-    out = subprocess.run([sys.executable, "-m", "trainkit.cli", "launch", str(script)], capture_output=True, text=True,
+    out = subprocesses.run([sys.executable, "-m", "trainkit.cli", "launch", str(script)], capture_output=True, text=True,
                          timeout=60, env={**os.environ, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "soon"})
     assert out.returncode == 2 and "--shutdown-timeout 'soon': expected a number of seconds" in out.stderr

@@ -2,12 +2,12 @@
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass
 
 from trainkit.backend import Backend, BackendConfig
+from trainkit.testing import subprocesses
 
 
 def test_local_mode_runs_in_process_without_ray(tmp_path):
@@ -34,7 +34,7 @@ def test_local_mode_runs_in_process_without_ray(tmp_path):
         print(json.dumps({{"metrics": result.metrics, "driver_pid": os.getpid(), "ray": "ray" in sys.modules,
                           "return_value": result.return_value, "checkpoint": result.checkpoint.path}}))
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    out = subprocesses.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["metrics"]["pid"] == summary["driver_pid"] and summary["metrics"]["step"] == 2
     assert summary["ray"] is False

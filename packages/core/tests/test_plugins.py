@@ -2,11 +2,12 @@
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from trainkit.testing import subprocesses
 
 GOOD = '''
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ def load(site, **env):
                           "backends": {k: e.plugin for k, e in p.backends.entries.items()}}))
     """)
     full_env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", **env}
-    out = subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True, text=True, check=True)
+    out = subprocesses.run([sys.executable, "-c", code], env=full_env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -110,11 +111,11 @@ def test_two_plugins_claiming_one_backend_are_both_errors_and_the_backend_refuse
     code = ("import trainkit\ntry:\n    trainkit.Trainer(lambda: None, backend='mid')\n"
             "except ValueError as e:\n    print(e)\n")
     env = {**os.environ, "PYTHONPATH": str(site), "TRAINKIT_PLUGINS": "mid"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    out = subprocesses.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert ("Backend 'mid' is registered by more than one plugin: mid-one (entry point 'mid') and mid-two "
             "(entry point 'mid'). trainkit will not guess") in out
-    table = subprocess.run([sys.executable, "-m", "trainkit.cli", "plugins", "--json"], env=env,
-                           capture_output=True, text=True, check=True).stdout
+    table = subprocesses.run([sys.executable, "-m", "trainkit.cli", "plugins", "--json"], env=env,
+                             capture_output=True, text=True, check=True).stdout
     rows = [(row["distribution"], row["status"]) for row in json.loads(table) if row["name"] == "mid"]
     assert sorted(rows) == [("mid-one", "error"), ("mid-two", "error")]
 
@@ -136,20 +137,20 @@ def test_unknown_backend_lists_installed_and_suggests_package(site):
     code = ("import trainkit\ntry:\n    trainkit.Trainer(lambda: None, backend='jax')\n"
             "except ValueError as e:\n    print(e)\n")
     env = {**os.environ, "PYTHONPATH": str(site)}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    out = subprocesses.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert "Unknown backend 'jax'" in out and "toy" in out and "pip install trainkit-jax" in out
     assert "in a clone of the trainkit repository: pip install -e packages/core -e packages/jax" in out  # not published
     raised = subprocess.run([sys.executable, "-c", "import trainkit\ntrainkit.Trainer(lambda: None, backend='jax')"],
                             env=env, capture_output=True, text=True)
     assert raised.stderr.splitlines()[-1].startswith("trainkit.errors.UnknownBackendError: Unknown backend 'jax'")
     code = code.replace("'jax'", "'oldfw'")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    out = subprocesses.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert "installed but skipped" in out and "<1.0" in out
-    out = subprocess.run([sys.executable, "-c", code.replace("'oldfw'", "'tyo'")], env=env, capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocesses.run([sys.executable, "-c", code.replace("'oldfw'", "'tyo'")], env=env, capture_output=True,
+                           text=True, check=True).stdout
     assert "Did you mean 'toy'?" in out and "pip install trainkit-tyo" not in out  # no trainkit-tyo exists
-    out = subprocess.run([sys.executable, "-c", code.replace("'oldfw'", "'nosuchfw'")], env=env, capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocesses.run([sys.executable, "-c", code.replace("'oldfw'", "'nosuchfw'")], env=env, capture_output=True,
+                           text=True, check=True).stdout
     assert "Unknown backend 'nosuchfw'" in out and "pip install trainkit-nosuchfw" not in out
     # the backend may be a plugin's that did not load under another entry name: every reason is shown
     assert "Plugin toy-nofw (entry point 'nofw') skipped: no-such-framework is not installed" in out
@@ -159,20 +160,20 @@ def test_unknown_backend_lists_installed_and_suggests_package(site):
 def test_a_plugin_that_fails_is_logged_with_its_traceback(site):
     code = "import logging\nlogging.basicConfig()\nfrom trainkit._internal.plugins import get_plugins\nget_plugins()\n"
     env = {**os.environ, "PYTHONPATH": str(site)}
-    err = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stderr
+    err = subprocesses.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stderr
     assert "trainkit plugin 'broken' failed and was skipped: ImportError: boom at import" in err
     assert "Traceback (most recent call last)" in err and "toy_broken_plugin.py" in err
 
 
 def test_cli_lists_plugins(site):
     env = {**os.environ, "PYTHONPATH": str(site)}
-    out = subprocess.run([sys.executable, "-m", "trainkit.cli", "plugins", "--json"], env=env,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocesses.run([sys.executable, "-m", "trainkit.cli", "plugins", "--json"], env=env,
+                           capture_output=True, text=True, check=True).stdout
     rows = {row["name"]: row for row in json.loads(out)}
     assert rows["toy"]["backends"] == ["toy"] and rows["toy"]["version"] == "1.0"
     assert rows["broken"]["status"] == "error"
-    table = subprocess.run([sys.executable, "-m", "trainkit.cli", "plugins"], env=env,
-                           capture_output=True, text=True, check=True).stdout
+    table = subprocesses.run([sys.executable, "-m", "trainkit.cli", "plugins"], env=env,
+                             capture_output=True, text=True, check=True).stdout
     assert "toy-good" in table and "skipped" in table
 
 
@@ -205,7 +206,7 @@ def test_a_plugin_adds_callbacks_to_every_run(tmp_path):
                                      run_config=trainkit.RunConfig(storage_path={str(tmp_path)!r}, verbose=0)).fit()
     """)
     env = {**os.environ, "PYTHONPATH": str(site)}
-    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    subprocesses.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
     assert log.read_text().split("\n") == ["0 0.0", "1 0.1", "2 0.2", ""]
 
 
@@ -253,7 +254,7 @@ def test_every_hook_spec_is_called_where_its_docstring_says(tmp_path):
                                          failure_config=trainkit.FailureConfig(max_failures=1))).fit()
     """)
     env = {**os.environ, "PYTHONPATH": str(site)}
-    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
+    subprocesses.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
     assert log.read_text().split("\n") == [
         "worker_start 0", "after_report 0 0 1", "on_failure 0 WorkerGroupError True",
         "worker_start 1", "after_report 1 1 1", "worker_stop 1", ""]

@@ -221,3 +221,45 @@ def test_requires_gpus_marks_the_test_for_the_gpu_session(run_tests):
         def test_on_cpu(): pass
     """, "-m", "gpu")
     result.assert_outcomes(skipped=1, deselected=1)
+
+
+def test_processes_ends_the_whole_tree_of_a_failed_test_and_defaults_sigint(run_tests, tmp_path):
+    """A failing test's started process, its child in the same group and a grandchild that left the
+    group (setsid, as a daemon does) are all gone when the test ends; SIGINT ignored in the test
+    process (a CI job started in the background) is at its default in the started process."""
+    pids = tmp_path / "pids"
+    result = run_tests(f"""
+        import signal, subprocess, sys, time
+
+        TREE = '''
+        import os, signal, subprocess, sys, time
+        print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, flush=True)
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+        open({str(pids)!r}, "w").write(f"{{os.getpid()}} {{child.pid}} {{daemon.pid}}")
+        time.sleep(600)
+        '''
+
+        def test_fails_with_a_tree_running(processes):
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            proc = processes.start([sys.executable, "-c", TREE], stdout=subprocess.PIPE, text=True)
+            assert proc.stdout.readline() == "True\\n"
+            while not __import__("os").path.exists({str(pids)!r}):
+                time.sleep(0.05)
+            raise AssertionError("the test fails with its processes running")
+
+        def test_run_times_out_and_leaves_nothing(processes):
+            try:
+                processes.run([sys.executable, "-c", "print('started', flush=True); import time; time.sleep(600)"],
+                              capture_output=True, text=True, timeout=5)
+            except subprocess.TimeoutExpired as timed_out:
+                assert timed_out.stdout in ("", "started\\n")  # whatever it wrote in time
+            else:
+                raise AssertionError("no timeout")
+    """, "--timeout=300")
+    result.assert_outcomes(passed=1, failed=1)
+    import psutil
+
+    left = [pid for pid in map(int, pids.read_text().split()) if psutil.pid_exists(pid)
+            and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert not left, left

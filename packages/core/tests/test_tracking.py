@@ -13,7 +13,7 @@ import pytest
 
 import trainkit
 from trainkit import FailureConfig, ScalingConfig
-from trainkit.testing import find_free_port
+from trainkit.testing import find_free_port, subprocesses
 from trainkit.testing.steps import report_step, resume_step
 
 mlflow = pytest.importorskip("mlflow")
@@ -38,7 +38,7 @@ def train_fn(config):
 def mlflow_uri(tmp_path_factory):
     root = tmp_path_factory.mktemp("mlflow")
     port = find_free_port()
-    server = subprocess.Popen(
+    server = subprocesses.start(
         [shutil.which("mlflow", path=os.path.dirname(sys.executable)) or "mlflow", "server",
          "--backend-store-uri", f"sqlite:///{root}/mlflow.db", "--artifacts-destination", str(root / "artifacts"),
          "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
@@ -51,12 +51,13 @@ def mlflow_uri(tmp_path_factory):
             break
         except OSError:
             if server.poll() is not None or time.monotonic() > deadline:
-                server.kill()
+                subprocesses.end(server)
                 pytest.fail(f"mlflow server did not start:\n{(root / 'server.log').read_text()[-3000:]}")
             time.sleep(0.5)
-    yield uri
-    server.terminate()
-    server.wait(timeout=30)
+    try:
+        yield uri
+    finally:
+        subprocesses.end(server)  # and its gunicorn workers
 
 
 def fit(run_config, callbacks, marker="", num_workers=0, max_failures=1, **run_kwargs):

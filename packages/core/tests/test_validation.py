@@ -15,19 +15,24 @@ SCORES = [3, 9, 1, 5]  # what validating each epoch's checkpoint finds
 
 
 def train_fn(config):
-    begin = time.monotonic()
     for epoch, score in enumerate(SCORES):
         with tempfile.TemporaryDirectory() as directory:
             with open(os.path.join(directory, "model.json"), "w") as f:
                 json.dump({"score": score}, f)
-            trainkit.report({"epoch": epoch, "train_s": time.monotonic() - begin},
-                            checkpoint=Checkpoint.from_directory(directory), validation=config.get("validation", True))
+            trainkit.report({"epoch": epoch}, checkpoint=Checkpoint.from_directory(directory),
+                            validation=config.get("validation", True))
+    if config.get("trained") and trainkit.get_context().get_world_rank() == 0:
+        open(config["trained"], "w").close()
 
 
-def score_checkpoint(checkpoint, delay_s=0.5):
+def score_checkpoint(checkpoint, delay_s=0.5, trained=None):
     time.sleep(delay_s)  # validation is slow; training must not wait for it
+    if trained:  # a validation that ends only once training has: a report() waiting for it would wait 60 s
+        deadline = time.monotonic() + 60
+        while not os.path.exists(trained) and time.monotonic() < deadline:
+            time.sleep(0.05)
     with checkpoint.as_directory() as directory, open(os.path.join(directory, "model.json")) as f:
-        return {"val_score": json.load(f)["score"]}
+        return {"val_score": json.load(f)["score"], "after_training": bool(trained) and os.path.exists(trained)}
 
 
 def fit(run_config, validation_config, num_workers=2, **config):
@@ -37,9 +42,12 @@ def fit(run_config, validation_config, num_workers=2, **config):
                                    num_to_keep=2, checkpoint_score_attribute="val_score"))).fit()
 
 
-def test_validation_scores_checkpoints_without_blocking_training(ray_cluster, run_config):
-    result = fit(run_config, ValidationConfig(score_checkpoint))
-    assert result.metrics["train_s"] < 1.0  # 4 validations of 0.5 s each ran beside training, not in it
+def test_validation_scores_checkpoints_without_blocking_training(ray_cluster, run_config, tmp_path):
+    trained = str(tmp_path / "trained")
+    result = fit(run_config, ValidationConfig(score_checkpoint, task_config=ValidationTaskConfig({"trained": trained})),
+                 trained=trained)
+    # every validation ended after the training function did: they ran beside training, not in it
+    assert [metrics["after_training"] for _, metrics in result.best_checkpoints] == [True, True]
     kept = [metrics["val_score"] for _, metrics in result.best_checkpoints]
     print("ranked by val_score:", kept)
     assert kept == [9, 5]  # merged into the records and ranked; the rest deleted only once validated

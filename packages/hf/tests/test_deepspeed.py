@@ -11,6 +11,10 @@ from trainkit import FailureConfig, ScalingConfig
 from trainkit_torch import TorchTrainer
 
 pytest.importorskip("deepspeed")
+# a hang guard, not a speed: each case starts 2 workers twice (a planned failure, then the resume), and
+# each worker imports DeepSpeed (48 s under load where xgboost and mlflow are installed: its autotuner
+# imports both); 300 s timed out here with the ops already built (load 24 on 2 cores)
+pytestmark = pytest.mark.timeout(900)
 
 STEPS, SAVE_AT, FAIL_AT = 10, 4, 5
 

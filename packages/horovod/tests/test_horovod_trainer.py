@@ -1,7 +1,6 @@
 """HorovodTrainer on 2 real Ray workers: Horovod's Gloo controller and operations, no MPI."""
 
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -14,6 +13,7 @@ from trainkit import ScalingConfig
 
 pytest.importorskip("horovod", reason="Horovod is built, not pip-installed: nox -t horovod runs these")
 from trainkit_horovod import HorovodConfig, HorovodTrainer  # noqa: E402
+from trainkit.testing import subprocesses
 
 ROOT = Path(__file__).parents[3]
 
@@ -157,15 +157,15 @@ def test_missing_horovod_says_how_to_install_it():
     code = ("import sys; sys.modules['horovod'] = None\n"  # as if Horovod were not installed
             "from trainkit_horovod import HorovodTrainer\n"
             "HorovodTrainer(lambda: None)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    done = subprocesses.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert "Horovod is not installed" in done.stderr and "python -m trainkit_horovod.build" in done.stderr
 
 
 def test_example_trains_on_two_workers(tmp_path):
     env = {**os.environ, "HOME": str(tmp_path), "TRAINKIT_VERBOSE": "0"}
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "horovod_digits.py")], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocesses.run([sys.executable, str(ROOT / "examples" / "horovod_digits.py")], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     accuracy = float(done.stdout.split("held-out accuracy:")[1].split()[0])
     assert accuracy > 0.9, done.stdout

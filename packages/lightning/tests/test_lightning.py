@@ -4,14 +4,13 @@ import importlib
 import json
 import os
 import signal
-import subprocess
 import sys
 
 import pytest
 
 import trainkit
 from trainkit import FailureConfig, ScalingConfig
-from trainkit.testing import requires
+from trainkit.testing import requires, subprocesses
 from trainkit_torch import TorchTrainer
 
 NAMESPACES = ["lightning.pytorch", "pytorch_lightning"]
@@ -139,7 +138,7 @@ def test_classes_follow_the_import_name_in_use(namespace):
             "assert not isinstance(tkl.ReportCallback(), pl.callbacks.Checkpoint)  # enable_checkpointing=False works\n"
             "explicit = tkl.classes_for(other).DDPStrategy()\n"
             "assert isinstance(explicit, tkl.DDPStrategy) and not isinstance(explicit, pl.strategies.DDPStrategy)\n")
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    subprocesses.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
 def test_report_callback_refuses_bad_arguments():

@@ -11,6 +11,9 @@ Fixtures:
                           that sets variables when imported)
     no_leaked_threads     fails a test that leaves threads running
     no_leaked_processes   fails a test that leaves child processes running
+    processes             ``processes.start(...)``: a subprocess in its own session with default
+                          SIGINT/SIGTERM, ended with its process group and Ray session when the
+                          test ends (``trainkit.testing.subprocesses.run``: ``subprocess.run`` alike)
 
 ``simulated_cluster()``: a context manager giving a multi-node Ray cluster on this machine.
 
@@ -30,6 +33,7 @@ from trainkit.testing.fixtures import (
     run_config,
     simulated_cluster,
 )
+from trainkit.testing.subprocesses import processes
 from trainkit.testing.requirements import gpu_count, requires
 
 __all__ = [
@@ -42,6 +46,7 @@ __all__ = [
     "no_leaked_processes",
     "no_leaked_threads",
     "preimported_modules",
+    "processes",
     "ray_cluster",
     "requires",
     "run_config",

@@ -40,7 +40,6 @@ import copy
 import functools
 import json
 import os
-import subprocess
 import sys
 import uuid
 from typing import Any, Callable, ClassVar
@@ -50,6 +49,7 @@ import pytest
 import trainkit
 from trainkit import (BackendConfig, Checkpoint, CheckpointCorruptError, CheckpointIO, DataParallelTrainer,
                       ScalingConfig, TrainingFailedError)
+from trainkit.testing import subprocesses
 
 __all__ = ["BackendConformance", "CheckpointConformance"]
 
@@ -193,7 +193,7 @@ class BackendConformance:
                 "                  'registered': [e.config_cls.__name__ for e in plugins.backends.entries.values()],\n"
                 "                  'not_loaded': plugins.not_loaded()}))"
                 % (self.framework_modules,))
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        out = subprocesses.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr[-3000:]
         report = json.loads(out.stdout.strip().splitlines()[-1])
         assert report["imported"] == [], f"importing {package} and loading plugins imported {report['imported']}"

@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from trainkit.testing import subprocesses
+
 __all__ = ["SeaweedFS", "free_port_pair"]
 
 
@@ -81,7 +83,7 @@ class SeaweedFS:
         import pyarrow.fs as pafs
 
         ports = self.ports
-        self.proc = subprocess.Popen(
+        self.proc = subprocesses.start(
             [str(self.weed), "server", f"-dir={self.root}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
              f"-master.port={ports['master']}", f"-volume.port={ports['volume']}", f"-filer.port={ports['filer']}",
              "-s3", f"-s3.port={ports['s3']}", f"-s3.config={self.config}", "-volume.max=10", "-metricsPort=0",
@@ -91,7 +93,7 @@ class SeaweedFS:
             stdout=open(self.root / "weed.log", "ab"), stderr=subprocess.STDOUT)
         fs = pafs.S3FileSystem(endpoint_override=self.endpoint, scheme="http", access_key="trainkit",
                                secret_key=self.SECRET, region="us-east-1", allow_bucket_creation=True)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # a guard against a server that never comes up, not a speed
         while True:
             try:
                 fs.create_dir("bucket")
@@ -113,8 +115,7 @@ class SeaweedFS:
         return True
 
     def stop(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
+        subprocesses.end(self.proc)
 
     def settings(self) -> dict:
         return {"endpoint": self.endpoint, "access_key": "trainkit", "secret_key": self.SECRET, "fs": self.fs,
