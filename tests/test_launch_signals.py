@@ -17,6 +17,7 @@ import pytest
 
 import trainkit
 from trainkit._internal.debugger import HOOK
+from trainkit.testing import subprocesses
 
 RANK_SCRIPT = textwrap.dedent('''
     import json, os, signal, subprocess, sys, time
@@ -62,8 +63,8 @@ def wait_for(paths, proc, what):
 
 
 def start(command, tmp_path, **kwargs):
-    return subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, **kwargs)
+    return subprocesses.start(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              **kwargs)
 
 
 def launchers(tmp_path, script, *args, restarts=0):
@@ -231,7 +232,7 @@ def test_without_pythonbreakpoint_set_rays_debugger_does_not_reach_the_script(tm
     script = tmp_path / "env.py"
     script.write_text("import json, os, sys\njson.dump(dict(os.environ), open(sys.argv[1], 'w'))\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONBREAKPOINT"}
-    out = subprocess.run([sys.executable, "-m", "trainkit.cli", "launch", "--cpus-per-worker", "0.5",
+    out = subprocesses.run([sys.executable, "-m", "trainkit.cli", "launch", "--cpus-per-worker", "0.5",
                           "--storage-path", str(tmp_path / "runs"), str(script), str(tmp_path / "env.json")],
                          capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-3000:]

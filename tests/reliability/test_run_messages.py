@@ -13,6 +13,7 @@ import pytest
 
 import trainkit
 from trainkit import FailureConfig, ScalingConfig, TrainingFailedError
+from trainkit.testing import subprocesses
 
 TWO = ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5})
 
@@ -70,17 +71,17 @@ while not os.path.exists(sys.argv[1] + ".go"):
 """
 
 
-def test_second_launch_with_the_same_name_is_refused_naming_the_flag(tmp_path):
+def test_second_launch_with_the_same_name_is_refused_naming_the_flag(tmp_path, processes):
     script, marker = tmp_path / "hold.py", str(tmp_path / "m")
     script.write_text(LAUNCHED)
     command = [sys.executable, "-m", "trainkit.cli", "launch", "--cpus-per-worker", "0.5", "--storage-path",
                str(tmp_path / "runs"), "--name", "twice", str(script), marker]
-    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = processes.start(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         while not os.path.exists(marker + ".started"):
             assert first.poll() is None, first.communicate()[1][-3000:]
             time.sleep(0.05)
-        second = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        second = processes.run(command, capture_output=True, text=True, timeout=300)
     finally:
         open(marker + ".go", "w").close()
         first.communicate(timeout=300)
@@ -101,7 +102,7 @@ def test_ctrl_c_right_after_a_commit_names_that_checkpoint(tmp_path, run_driver)
 def test_launch_with_an_invalid_name_names_the_flag(tmp_path):
     script = tmp_path / "noop.py"
     script.write_text("")
-    out = subprocess.run([sys.executable, "-m", "trainkit.cli", "launch", "--name", "../x", str(script)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocesses.run([sys.executable, "-m", "trainkit.cli", "launch", "--name", "../x", str(script)],
+                           capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "--name='../x' is invalid" in out.stderr, out.stderr[-3000:]
     assert "Traceback" not in out.stderr
