@@ -140,8 +140,8 @@ def test_unknown_backend_lists_installed_and_suggests_package(site):
     out = subprocesses.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert "Unknown backend 'jax'" in out and "toy" in out and "pip install trainkit-jax" in out
     assert "in a clone of the trainkit repository: pip install -e packages/core -e packages/jax" in out  # not published
-    raised = subprocess.run([sys.executable, "-c", "import trainkit\ntrainkit.Trainer(lambda: None, backend='jax')"],
-                            env=env, capture_output=True, text=True)
+    raised = subprocesses.run([sys.executable, "-c", "import trainkit\ntrainkit.Trainer(lambda: None, backend='jax')"],
+                              env=env, capture_output=True, text=True)
     assert raised.stderr.splitlines()[-1].startswith("trainkit.errors.UnknownBackendError: Unknown backend 'jax'")
     code = code.replace("'jax'", "'oldfw'")
     out = subprocesses.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout

@@ -12,12 +12,13 @@ import pytest
 
 import trainkit
 from trainkit import CheckpointConfig, FailureConfig, ScalingConfig
+from trainkit.testing import subprocesses
 from trainkit.testing.steps import report_step, resume_step
 
 
 def cli(*args, **env):
-    out = subprocess.run([sys.executable, "-m", "trainkit.cli", *args], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, **env})
+    out = subprocesses.run([sys.executable, "-m", "trainkit.cli", *args], capture_output=True, text=True,
+                           timeout=120, env={**os.environ, **env})
     return out.returncode, out.stdout, out.stderr
 
 

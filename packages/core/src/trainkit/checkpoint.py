@@ -94,9 +94,9 @@ class Checkpoint:
     def get_metadata(self) -> dict[str, Any]:
         """The checkpoint's JSON metadata (``{}`` when none was set)."""
         try:
-            with self.filesystem.open_input_stream(self._metadata_path()) as f:
+            with storage.open_input(self.filesystem, self._metadata_path()) as f:  # never blocks on a FIFO
                 return strict_json.loads(f.read())
-        except FileNotFoundError:
+        except (FileNotFoundError, storage.NotRegularFileError):
             return {}
 
     def set_metadata(self, metadata: dict[str, Any]) -> None:

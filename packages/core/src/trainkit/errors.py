@@ -21,15 +21,17 @@ from trainkit._internal.launch import ScriptExitError
 from trainkit._internal.lock import RunLockedError
 from trainkit._internal.plugins import UnknownBackendError
 from trainkit._internal.retry import StorageError
-from trainkit._internal.storage import CheckpointCorruptError
+from trainkit._internal.storage import CheckpointCorruptError, LinkInCheckpointError
+from trainkit._internal.untrusted import NotRegularFileError
 
 __all__ = [  # noqa: F822 - PlacementError comes from __getattr__
-    "CheckpointCorruptError", "ControllerError", "PlacementError", "PreemptionError", "RunLockedError",
-    "ScriptExitError", "StorageError", "TrainingFailedError", "TrainkitWarning", "UnknownBackendError",
-    "WorkerGroupError"]
+    "CheckpointCorruptError", "ControllerError", "LinkInCheckpointError", "NotRegularFileError", "PlacementError",
+    "PreemptionError", "RunLockedError", "ScriptExitError", "StorageError", "TrainingFailedError", "TrainkitWarning",
+    "UnknownBackendError", "WorkerGroupError"]
 
 # Defined beside the code that raises them; a traceback names them where users import them.
-for _error in (CheckpointCorruptError, RunLockedError, ScriptExitError, StorageError, UnknownBackendError):
+for _error in (CheckpointCorruptError, LinkInCheckpointError, NotRegularFileError, RunLockedError, ScriptExitError,
+               StorageError, UnknownBackendError):
     _error.__module__ = __name__
 
 

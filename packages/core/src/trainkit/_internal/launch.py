@@ -42,6 +42,7 @@ from typing import Any
 from trainkit._internal import interface
 from trainkit._internal.debugger import RAYS_HOOKS
 from trainkit._internal.signals import Interrupted
+from trainkit._internal.signals import handler as stop_signal
 from trainkit.backend import Backend, BackendConfig
 
 ADDRESS_ENV = "TRAINKIT_LAUNCH_ADDRESS"
@@ -141,7 +142,7 @@ class _Forwarder:
         if self._group is not None:
             self._signals.put(signum)
         elif len(self.received) == 1:  # later ones come while the run ends already
-            raise Interrupted(signum)
+            stop_signal(signum, frame)  # as fit()'s own handler: after a commit in progress, never inside it
 
     def _send(self) -> None:
         while True:

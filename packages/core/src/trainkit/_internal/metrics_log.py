@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from trainkit._internal import strict_json
 from trainkit._internal.retry import with_retries
 from trainkit._internal.storage import METRICS, is_local, list_dir, open_input
-from trainkit._internal.untrusted import NotRegularFileError
+from trainkit._internal.untrusted import NotRegularFileError, open_regular
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -68,7 +68,7 @@ class MetricsLog:
 def _append_local(target: str, line: str) -> None:
     """Append ``line``; a write that fails (a full disk, an I/O error) is undone, and a line a
     crash tore is cut off first: the file always ends with a whole line."""
-    with open(target, "a+b", buffering=0) as f:  # unbuffered: nothing is left to write at close
+    with open_regular(target, append=True) as f:  # never through a link; unbuffered: nothing left at close
         whole = _last_whole_line_end(f)
         if whole != f.seek(0, 2):
             f.truncate(whole)
@@ -139,7 +139,7 @@ def read_last_report(fs: "pafs.FileSystem", run_path: str) -> dict[str, Any] | N
             else:
                 text = with_retries("read", path, lambda: _read(fs, path))
                 found = next(filter(None, map(_record, reversed(text.splitlines()))), None)
-        except (FileNotFoundError, NotRegularFileError):
+        except OSError:  # missing, not a regular file, unreadable: the log's other files may still tell
             continue
         if found is not None:
             return found

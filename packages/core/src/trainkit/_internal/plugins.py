@@ -39,14 +39,6 @@ class UnknownBackendError(ValueError):
     """No installed plugin provides the requested backend, or more than one claims it."""
 
 
-class BackendClashError(ValueError):
-    """A backend name that another plugin already registered."""
-
-    def __init__(self, name: str, other: str) -> None:
-        super().__init__(f"backend {name!r} is also registered by plugin {other!r}")
-        self.name, self.other = name, other
-
-
 DIRECT = "<direct>"  # registrations made outside any plugin (tests, scripts)
 
 
@@ -80,13 +72,15 @@ class BackendRegistry:
 
     entries: dict[str, BackendEntry] = field(default_factory=dict)
     plugin: str = DIRECT  # the entry point of the plugin registering now
+    clash: tuple[str, str] | None = None  # (backend, the plugin that has it) when ``plugin`` claimed it too
 
     def register(self, name: str, config_cls: type, trainer_cls: type | None = None) -> None:
         if self.plugin != DIRECT and not owns(self.plugin, name):
             raise ValueError(f"it registers backend {name!r}, but a plugin registers only the backend its entry "
                              f"point names ({self.plugin!r}) or names starting with '{self.plugin}_'")
         if name in self.entries:
-            raise BackendClashError(name, self.entries[name].plugin)
+            self.clash = (name, self.entries[name].plugin)
+            raise ValueError(f"backend {name!r} is already registered by plugin {self.clash[1]!r}")
         self.entries[name] = BackendEntry(name, config_cls, trainer_cls, self.plugin)
         if isinstance(config_cls, type) and issubclass(config_cls, BackendConfig):
             config_cls._registered_name = name  # its BackendConfig.name, shown in progress and run state
@@ -122,15 +116,16 @@ class Plugins:
         try:
             others = [p for p in self.manager.get_plugins() if p is not module]
             self.manager.subset_hook_caller("trainkit_register_backends", others)(registry=self.backends)
-        except BackendClashError as clash:  # both are errors: neither wins by having loaded first
-            self.backends.entries = {n: e for n, e in before.items() if e.plugin != clash.other}
-            self.manager.unregister(module)
-            self.manager.unregister(name=clash.other)
-            self.clash(clash.name, [self.infos[clash.other], info])
         except Exception as exc:  # noqa: BLE001
-            self.backends.entries = before
+            clash, self.backends.clash = self.backends.clash, None
             self.manager.unregister(module)
-            self._fail(info, exc)
+            if clash and clash[1] in self.infos:  # both are errors: neither wins by having loaded first
+                self.backends.entries = {n: e for n, e in before.items() if e.plugin != clash[1]}
+                self.manager.unregister(name=clash[1])
+                self.clash(clash[0], [self.infos[clash[1]], info])
+            else:
+                self.backends.entries = before
+                self._fail(info, exc)
         finally:
             self.backends.plugin = DIRECT
 

@@ -44,7 +44,7 @@ _pending: int | None = None  # a signal that arrived while the main thread was c
 _stopping: int | None = None  # the signal the driver is stopping on
 
 
-def _handler(signum: int, frame: Any) -> None:
+def handler(signum: int, frame: Any) -> None:
     global _pending, _stopping
     with _fence:
         if _stopping is not None:  # the clean stop is under way (SIGKILL forces it)
@@ -63,7 +63,7 @@ def settle() -> None:
 
 
 def _is_default(handler: Any) -> bool:
-    if handler in (signal.SIG_DFL, signal.default_int_handler, _handler):
+    if handler in (signal.SIG_DFL, signal.default_int_handler, handler):
         return True
     return (getattr(handler, "__module__", None) or "").startswith("ray.")  # what Ray's embedded start installs
 
@@ -112,9 +112,9 @@ class StopSignals:
             if not _is_default(found):  # the user's own handler, or SIG_IGN: it stays in force
                 if current is not found:
                     signal.signal(sig, found)
-            elif current is not _handler:
+            elif current is not handler:
                 self.replaced[sig] = current
-                signal.signal(sig, _handler)
+                signal.signal(sig, handler)
 
     def restore(self) -> None:
         for sig, previous in self.replaced.items():

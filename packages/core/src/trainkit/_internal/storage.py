@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import posixpath
 import re
@@ -570,14 +569,14 @@ class RunStorage:
         # Object stores cannot rename: copy the files over (an old checkpoint of this name loses its
         # manifest first, so it is never mixed with new files), the manifest last; tmp stays until then.
         self.delete_file(posixpath.relpath(posixpath.join(final, MANIFEST), self.run_path))
-        names = [*json.loads(manifest)["files"]]
+        names = [*strict_json.loads(manifest)["files"]]
         if _exists(self.fs, posixpath.join(tmp_path, METADATA)):
             names.append(METADATA)
         for rel in names:
             src, dst = posixpath.join(tmp_path, rel), posixpath.join(final, rel)
             with_retries("copy", dst, lambda: (self.fs.create_dir(posixpath.dirname(dst), recursive=True),
                                                self.fs.copy_file(src, dst)))
-        faults.point("before_manifest", index=json.loads(manifest).get("index"))
+        faults.point("before_manifest", index=strict_json.loads(manifest).get("index"))
         with_retries("write manifest", final, lambda: self._write_manifest(final, manifest))
         for info in self._list(final, recursive=True):  # files of the retired checkpoint the new one lacks
             rel = posixpath.relpath(info.path, final)

@@ -67,12 +67,13 @@ def describe(mode: int) -> str:
     return "not a regular file"
 
 
-def open_regular(path: str) -> IO[bytes]:
-    """Open the local file ``path`` for reading if it is a regular file (not through a final
-    symlink), without ever blocking (a FIFO opened plainly waits for a writer); else raise
-    ``NotRegularFileError`` naming it."""
+def open_regular(path: str, append: bool = False) -> IO[bytes]:
+    """Open the local file ``path`` for reading (``append``: for reading and appending, created if
+    missing, unbuffered) if it is a regular file (not through a final symlink), without ever
+    blocking (a FIFO opened plainly waits for a writer); else raise ``NotRegularFileError`` naming it."""
+    flags = (os.O_RDWR | os.O_APPEND | os.O_CREAT) if append else os.O_RDONLY
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
             raise NotRegularFileError(exc.errno, f"{path} is {describe(os.lstat(path).st_mode)}, not a regular file",
@@ -83,5 +84,5 @@ def open_regular(path: str) -> IO[bytes]:
         os.close(fd)
         raise NotRegularFileError(errno.EINVAL, f"{path} is {describe(mode)}, not a regular file", path)
     fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-    return os.fdopen(fd, "rb")
+    return os.fdopen(fd, "a+b", buffering=0) if append else os.fdopen(fd, "rb")
 
