@@ -66,7 +66,7 @@ def _driver_gone(fs: "pafs.FileSystem", run_path: str) -> str | None:
 class CheckpointRecord:
     """A committed checkpoint. Its reported metrics live once, in its manifest: run_state.json holds
     only ``score`` (the value ranking needs) and what a validation added, so its size does not grow
-    with the metrics (bench P11). ``metrics`` None: not read from the manifest yet."""
+    with the metrics (bench P13). ``metrics`` None: not read from the manifest yet."""
 
     name: str
     index: int

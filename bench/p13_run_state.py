@@ -1,8 +1,8 @@
-"""P11: run_state.json's size and the time of its write at each checkpoint commit, with
+"""P13: run_state.json's size and the time of its write at each checkpoint commit, with
 10,000-key reports (each with a checkpoint, every one kept), in local mode on a local disk.
 
-    python bench/p11_run_state.py [--reports 40] [--keys 10000]
-    PYTHONPATH=<an older checkout>/packages/core/src python bench/p11_run_state.py --no-save   # "before"
+    python bench/p13_run_state.py [--reports 40] [--keys 10000]
+    PYTHONPATH=<an older checkout>/packages/core/src python bench/p13_run_state.py --no-save   # "before"
 
 Each commit writes run_state.json once (``RunState.save``, timed here); its size after the last
 commit is the figure that grew with every kept checkpoint's metrics before format 2.
@@ -52,20 +52,20 @@ def main() -> None:
         trainkit.DataParallelTrainer(
             train_fn, train_loop_config={"reports": args.reports, "keys": args.keys},
             scaling_config=trainkit.ScalingConfig(num_workers=0),
-            run_config=trainkit.RunConfig(name="p11", storage_path=root, verbose=0)).fit()
+            run_config=trainkit.RunConfig(name="p13", storage_path=root, verbose=0)).fit()
         wall = time.perf_counter() - begin
-        size = os.path.getsize(os.path.join(root, "p11", "run_state.json"))
+        size = os.path.getsize(os.path.join(root, "p13", "run_state.json"))
     late = saves[-10:]
     figure = {"reports": args.reports, "keys": args.keys, "run_state_bytes": size,
               "state_write_ms_median_last_10": round(statistics.median(late) * 1000, 2),
               "state_write_ms_max": round(max(saves) * 1000, 2), "state_writes": len(saves),
               "fit_s": round(wall, 2), "trainkit_from": os.path.dirname(trainkit.__file__)}
-    print(f"P11 {args.reports} reports x {args.keys} keys, every checkpoint kept: run_state.json "
+    print(f"P13 {args.reports} reports x {args.keys} keys, every checkpoint kept: run_state.json "
           f"{size / 1024:.1f} KiB; its write at a commit {figure['state_write_ms_median_last_10']} ms "
           f"(median of the last 10; max {figure['state_write_ms_max']} ms); fit {wall:.1f} s")
     print(json.dumps(figure))
     if not args.no_save:
-        save("p11_run_state", figure)
+        save("p13_run_state", figure)
 
 
 if __name__ == "__main__":
