@@ -2,7 +2,7 @@
 conformance suite must catch: ranks reversed against trainkit's (``toy_reversed``), a teardown that
 does nothing (``toy_no_teardown``), a registered Trainer that forgets its default config
 (``toy_broken_trainer``), one that drops the user's config (``toy_drops_config``), and a checkpoint
-helper that saves on every rank (``EveryRankCheckpointIO``). Imports no framework; the backend
+helper that reports a checkpoint from every rank (``EveryRankCheckpointIO``). Imports no framework; the backend
 imports toyfw on the workers."""
 
 from __future__ import annotations

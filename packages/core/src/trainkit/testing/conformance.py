@@ -308,16 +308,23 @@ def _assert_resources_released(ray: Any, timeout_s: float = 10.0) -> None:
 
 
 def _save_and_report_fn(config: dict) -> None:
-    """Every rank reports its own state through the helper; each save leaves a file naming its rank."""
+    """Every rank reports its own state through the helper; each report that carries a checkpoint
+    leaves a file naming its rank (whatever way the helper calls ``trainkit.report``)."""
+    from trainkit._internal.session import Session
+
     io: CheckpointIO = config["checkpoint_io"]
-    rank, save = trainkit.get_context().get_world_rank(), io.save
+    rank, report = trainkit.get_context().get_world_rank(), Session.report
 
-    def counted_save(state: Any, directory: str) -> None:
-        save(state, directory)
-        open(os.path.join(config["saves"], f"{rank}-{uuid.uuid4().hex}"), "w").close()
+    def recorded_report(session: Session, metrics: dict, checkpoint: Any = None, *args: Any, **kwargs: Any) -> None:
+        if checkpoint is not None:
+            open(os.path.join(config["saves"], f"{rank}-{uuid.uuid4().hex}"), "w").close()
+        report(session, metrics, checkpoint, *args, **kwargs)
 
-    io.save = counted_save
-    io.report({"rank": rank}, config["states"][rank])
+    Session.report = recorded_report
+    try:
+        io.report({"rank": rank}, config["states"][rank])
+    finally:
+        Session.report = report
 
 
 def _fit_two(train_fn: Callable, config: dict, run_config: trainkit.RunConfig) -> trainkit.Result:
@@ -337,7 +344,8 @@ class CheckpointConformance:
     ``checkpoint_io``; override ``make_state(seed)`` (an example of the framework's state; different
     seeds give different states, so that each rank holds its own) and ``assert_same`` (raises
     unless a loaded state equals the saved one). The committed checkpoint must hold rank 0's state,
-    saved once."""
+    reported by rank 0 alone (other ranks may save too, where the framework needs it, e.g. Keras
+    under a multi-worker strategy, but report metrics only)."""
 
     checkpoint_io: ClassVar[CheckpointIO]
 
@@ -382,9 +390,10 @@ class CheckpointConformance:
         try:
             result = _fit_two(_save_and_report_fn, config, rc)
         except TrainingFailedError as exc:
-            raise AssertionError(f"{helper} failed the run (saves by rank: {_saves(config)}): {exc}") from exc
-        assert _saves(config) == [0], (f"{helper} saved on rank(s) {_saves(config)}: it must save once, on rank 0 "
-                                       "(the other ranks report metrics only)")
+            raise AssertionError(f"{helper} failed the run (checkpoints reported by rank: {_saves(config)}): "
+                                 f"{exc}") from exc
+        assert _saves(config) == [0], (f"{helper} reported a checkpoint on rank(s) {_saves(config)}: rank 0 alone "
+                                       "reports it, once (the other ranks report metrics only)")
         try:
             self.assert_same(self.checkpoint_io.load(result.checkpoint), config["states"][0])
         except AssertionError as exc:
@@ -406,5 +415,5 @@ class CheckpointConformance:
 
 
 def _saves(config: dict) -> list[int]:
-    """The ranks that saved, one entry per save, in rank order."""
+    """The ranks that reported a checkpoint, one entry per report, in rank order."""
     return sorted(int(name.split("-")[0]) for name in os.listdir(config["saves"]))
