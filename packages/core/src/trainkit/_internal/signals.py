@@ -62,10 +62,10 @@ def settle() -> None:
         _fence.wait_for(lambda: not _committing)
 
 
-def _is_default(handler: Any) -> bool:
-    if handler in (signal.SIG_DFL, signal.default_int_handler, handler):
+def _is_default(found: Any) -> bool:
+    if found in (signal.SIG_DFL, signal.default_int_handler, handler):
         return True
-    return (getattr(handler, "__module__", None) or "").startswith("ray.")  # what Ray's embedded start installs
+    return (getattr(found, "__module__", None) or "").startswith("ray.")  # what Ray's embedded start installs
 
 
 @contextlib.contextmanager
