@@ -168,7 +168,7 @@ def _matrix_session(package: Path, row: dict) -> None:
             session.chdir(THIRDPARTY)
         elif package == CORE:  # core alone: no framework may be importable, and its tests need none
             _install_core(session, *requirements)
-            session.install(*TRACKING_TEST_DEPS, *requirements)
+            session.install(*TRACKING_TEST_DEPS, "import-linter>=2.16", *requirements)  # test_layers.py
             session.run("python", "-c", "import importlib.util as u, sys; "
                         f"found = [f for f in {FRAMEWORKS!r} if u.find_spec(f)]; "
                         "sys.exit(f'frameworks importable in core alone: {found}' if found else 0)")

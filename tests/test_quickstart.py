@@ -41,7 +41,7 @@ def test_quickstart_trains_and_scores_above_90_percent(tmp_path):
     best = re.search(r"^best +(\S+) +\(val_accuracy=", out.stderr, re.M).group(1)  # the summary's best row
     assert f"best checkpoint: {best}" in out.stdout
     # the summary, `trainkit show` and Result (the example's get_best_checkpoint()) agree on the best
-    assert f"trainkit run quick: finished" in out.stderr
+    assert "trainkit run quick: finished" in out.stderr
     shown = subprocesses.run([sys.executable, "-m", "trainkit.cli", "show", "quick"], env=env, capture_output=True,
                            text=True, check=True).stdout
     assert re.search(r"^best +(\S+) \(by val_accuracy, max", shown, re.M).group(1) == os.path.basename(best)

@@ -11,7 +11,8 @@ import os
 import sys
 import time
 
-from trainkit._internal.lock import RunLock, RunLockedError
+from trainkit._internal.lock import RunLock
+from trainkit.errors import RunLockedError
 from trainkit._internal.storage import RunStorage
 
 if __name__ == "__main__":

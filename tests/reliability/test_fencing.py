@@ -16,6 +16,7 @@ from trainkit import Checkpoint
 from trainkit._internal.session import Session
 from trainkit._internal.storage import MANIFEST, RunStorage
 from trainkit.context import CheckpointUploadMode, TrainContext
+from trainkit.errors import RunLockedError
 
 NAME = "checkpoint_000003"
 
@@ -120,7 +121,7 @@ def test_a_driver_that_lost_its_lease_writes_nothing(tmp_path):
         for write in (lambda: stale.write_json_atomic(STATE, {"by": "stale"}), metrics.flush,
                       lambda: stale.commit_checkpoint(stale.tmp_checkpoint_path(NAME, 0, 3), NAME, [], {"index": 3}),
                       lambda: stale.delete_dir(stale.path(NAME))):
-            with pytest.raises(lock.RunLockedError, match="lost its lease .taken over by host"):
+            with pytest.raises(RunLockedError, match="lost its lease .taken over by host"):
                 write()
         assert json.loads(new.read_text(STATE)) == {"by": "new"}
         assert not new.exists(NAME) and not new.exists("metrics.jsonl")
@@ -139,7 +140,7 @@ def test_a_driver_that_could_not_renew_its_lease_stops_writing(tmp_path):
         storage.fence = run_lock.check
         storage.write_json_atomic("run_state.json", {})
         run_lock._renewed -= lock.STALE_S  # storage unreachable that long: another driver may take over
-        with pytest.raises(lock.RunLockedError, match="not renewed for 6. s"):
+        with pytest.raises(RunLockedError, match="not renewed for 6. s"):
             storage.write_json_atomic("run_state.json", {})
     finally:
         run_lock.release()

@@ -30,7 +30,7 @@ def test_every_error_class_in_trainkit_is_exported_by_trainkit_errors():
 
 
 def test_old_import_paths_name_the_same_classes():
-    from trainkit._internal.session import CheckpointUploadMode, TrainContext
+    from trainkit.context import CheckpointUploadMode, TrainContext
 
     for name in ("TrainingFailedError", "WorkerGroupError", "ControllerError", "PreemptionError"):
         assert getattr(trainkit.result, name) is getattr(trainkit.errors, name) is getattr(trainkit, name)

@@ -86,7 +86,7 @@ def tiny_filesystem(tmp_path):
 
 def test_a_full_disk_leaves_the_metrics_log_ending_with_a_whole_line(tiny_filesystem):
     from trainkit._internal.metrics_log import MetricsLog, read_metrics_log
-    from trainkit._internal.retry import StorageError
+    from trainkit.errors import StorageError
     from trainkit._internal.storage import RunStorage
 
     storage = RunStorage(str(tiny_filesystem), "full")

@@ -14,7 +14,8 @@ Example::
 
 from trainkit.backend import Backend, BackendConfig
 from trainkit.callbacks import RunContext, UserCallback
-from trainkit.checkpoint import Checkpoint, CheckpointIO, ReportedCheckpoint, ReportedCheckpointStatus
+from trainkit.checkpoint import Checkpoint, ReportedCheckpoint, ReportedCheckpointStatus
+from trainkit.framework import CheckpointIO
 from trainkit.config import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig, SyncConfig
 from trainkit.data import DataConfig
 from trainkit.context import (

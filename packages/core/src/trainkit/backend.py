@@ -34,7 +34,7 @@ from typing import Any, Callable, ClassVar, ContextManager, Mapping, Protocol, S
 
 from trainkit._internal.net import interface_of
 
-__all__ = ["Backend", "BackendConfig", "Rendezvous", "WorkerGroup", "WorkerInfo", "interface_of"]
+__all__ = ["Backend", "BackendConfig", "BackendRegistry", "Rendezvous", "WorkerGroup", "WorkerInfo", "interface_of"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,14 @@ class Rendezvous:
                 "LOCAL_RANK": str(self.local_rank), "LOCAL_WORLD_SIZE": str(self.local_world_size),
                 "NODE_RANK": str(self.node_rank), "GROUP_RANK": str(self.node_rank),
                 "GROUP_WORLD_SIZE": str(self.num_nodes)}
+
+
+class BackendRegistry(Protocol):
+    """What a plugin's ``trainkit_register_backends`` hook registers its backends with."""
+
+    def register(self, name: str, config_cls: type, trainer_cls: type | None = None) -> None:
+        """Backend ``name``: its ``BackendConfig`` subclass and, optionally, its Trainer. ``name`` is
+        the plugin's entry-point name, or starts with it and ``_``."""
 
 
 class WorkerGroup(Protocol):

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
 from trainkit._internal import storage, strict_json
+from trainkit.errors import NotRegularFileError
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
-__all__ = ["Checkpoint", "CheckpointIO", "ReportedCheckpoint", "ReportedCheckpointStatus", "resume_file"]
+__all__ = ["Checkpoint", "ReportedCheckpoint", "ReportedCheckpointStatus"]
 
 
 class Checkpoint:
@@ -96,7 +97,7 @@ class Checkpoint:
         try:
             with storage.open_input(self.filesystem, self._metadata_path()) as f:  # never blocks on a FIFO
                 return strict_json.loads(f.read())
-        except (FileNotFoundError, storage.NotRegularFileError):
+        except (FileNotFoundError, NotRegularFileError):
             return {}
 
     def set_metadata(self, metadata: dict[str, Any]) -> None:
@@ -120,120 +121,6 @@ class Checkpoint:
 
     def __hash__(self) -> int:
         return hash(self.path)
-
-
-class CheckpointIO:
-    """How a framework's state goes into a checkpoint directory and comes back out.
-
-    A plugin subclasses it and overrides ``save`` and ``load_from_directory``; ``load`` verifies a
-    committed checkpoint against its manifest first, so a torn or altered file is never loaded.
-    ``trainkit.testing.CheckpointConformance`` checks an implementation.
-
-    Example::
-
-        class NumpyCheckpointIO(trainkit.CheckpointIO):
-            def save(self, state, directory):
-                np.save(os.path.join(directory, "state.npy"), state)
-
-            def load_from_directory(self, directory):
-                return np.load(os.path.join(directory, "state.npy"))
-
-        io = NumpyCheckpointIO()
-        with tempfile.TemporaryDirectory() as tmp:
-            io.save(weights, tmp)
-            trainkit.report(metrics, checkpoint=Checkpoint.from_directory(tmp))
-        weights = io.load(trainkit.get_checkpoint())
-    """
-
-    @staticmethod
-    def check_filename(filename: str) -> str:
-        """``filename`` if it is a plain file name a checkpoint may hold, else ``ValueError``."""
-        if not isinstance(filename, str) or not filename or filename.startswith(".") or "/" in filename:
-            raise ValueError(f"filename={filename!r} is invalid: expected a plain file name not starting "
-                             "with '.' (trainkit's own files do)")
-        return filename
-
-    def save(self, state: Any, directory: str) -> None:
-        """Write ``state`` as files into the existing local ``directory``."""
-        raise NotImplementedError
-
-    def load_from_directory(self, directory: str) -> Any:
-        """Read back what ``save`` wrote into the local ``directory``."""
-        raise NotImplementedError
-
-    def report(self, metrics: dict[str, Any], state: Any) -> None:
-        """``trainkit.report(metrics)`` on every rank, with a checkpoint of ``state`` saved by rank 0:
-        for states every rank holds identically (data-parallel replicas, a shared booster)."""
-        from trainkit.context import get_context, report
-
-        if get_context().get_world_rank() != 0:
-            report(metrics)
-            return
-        with tempfile.TemporaryDirectory() as tmp:
-            self.save(state, tmp)
-            report(metrics, checkpoint=Checkpoint.from_directory(tmp))
-
-    def load(self, checkpoint: Checkpoint) -> Any:
-        """Verify ``checkpoint`` if it was committed (a manifest exists), then load it."""
-        if storage.read_manifest(checkpoint.filesystem, checkpoint.path) is not None:
-            checkpoint.verify()
-        with checkpoint.as_directory() as path:
-            return self.load_from_directory(path)
-
-
-class ModelFileCheckpointIO(CheckpointIO):
-    """A model that writes itself to one file with ``save_model(path)`` (XGBoost's and LightGBM's
-    Boosters). A subclass sets ``default_filename`` and reads the file back in ``load_model``.
-
-    Example::
-
-        class LightGBMCheckpointIO(trainkit.ModelFileCheckpointIO):
-            default_filename = "model.txt"
-
-            def load_model(self, path):
-                return lightgbm.Booster(model_file=path)
-    """
-
-    default_filename: str
-
-    def __init__(self, filename: str | None = None):
-        self.filename = self.check_filename(filename or self.default_filename)
-
-    def save(self, state: Any, directory: str) -> None:
-        state.save_model(os.path.join(directory, self.filename))
-
-    def load_from_directory(self, directory: str) -> Any:
-        return self.load_model(os.path.join(directory, self.filename))
-
-    def load_model(self, path: str) -> Any:
-        """The model saved at ``path``."""
-        raise NotImplementedError
-
-
-@contextlib.contextmanager
-def resume_file(name: str, written_by: str, checkpoint: Checkpoint | None = None) -> Iterator[str | None]:
-    """For a plugin's resume helper: a local path to file (or directory) ``name`` of ``checkpoint``
-    (default: ``trainkit.get_checkpoint()``), verified against its manifest; None on a fresh start.
-    A checkpoint without ``name`` raises FileNotFoundError naming ``written_by``, the writer expected.
-
-    Example::
-
-        with resume_file("checkpoint.ckpt", "trainkit_lightning.ReportCallback") as ckpt_path:
-            trainer.fit(model, ckpt_path=ckpt_path)
-    """
-    if checkpoint is None:
-        from trainkit.context import get_checkpoint
-
-        checkpoint = get_checkpoint()
-    if checkpoint is None:
-        yield None
-        return
-    checkpoint.verify()
-    with checkpoint.as_directory() as directory:
-        path = os.path.join(directory, name)
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"checkpoint {checkpoint.path} holds no {name}: it was not written by {written_by}")
-        yield path
 
 
 class ReportedCheckpointStatus(enum.Enum):

@@ -139,7 +139,7 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    from trainkit._internal.launch import main as launch
+    from trainkit._internal.launch_command import main as launch
 
     return launch(args)
 def _migrate(args: argparse.Namespace) -> int:
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                       help="the x-axis: report index (default), the reported 'step', or wall-clock time")
     plot.add_argument("--json", action="store_true", help="machine-readable output")
     plot.set_defaults(func=_plot)
-    from trainkit._internal.launch import add_arguments as launch_arguments
+    from trainkit._internal.launch_command import add_arguments as launch_arguments
 
     launch = commands.add_parser("launch", help="run a torchrun-style script on N workers, with restarts",
                                  description="Run `python SCRIPT ARGS...` on every rank with torchrun's "

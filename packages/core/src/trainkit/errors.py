@@ -3,7 +3,8 @@
 ``fit()`` raises a ``TrainingFailedError`` when a run fails after its retries: a
 ``WorkerGroupError`` when a worker raised, died or hung, a ``ControllerError`` when the driver
 failed. The others are raised before or outside an attempt. Older import paths (``trainkit.X``,
-``trainkit.result.X``) keep working.
+``trainkit.result.X``) keep working. This module imports nothing of trainkit: every
+layer may raise its errors.
 
 Example::
 
@@ -15,24 +16,13 @@ Example::
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
-from trainkit._internal.launch import ScriptExitError
-from trainkit._internal.lock import RunLockedError
-from trainkit._internal.plugins import UnknownBackendError
-from trainkit._internal.retry import StorageError
-from trainkit._internal.storage import CheckpointCorruptError, LinkInCheckpointError
-from trainkit._internal.untrusted import NotRegularFileError
-
-__all__ = [  # noqa: F822 - PlacementError comes from __getattr__
+__all__ = [
     "CheckpointCorruptError", "ControllerError", "LinkInCheckpointError", "NotRegularFileError", "PlacementError",
     "PreemptionError", "RunLockedError", "ScriptExitError", "StorageError", "TrainingFailedError", "TrainkitWarning",
     "UnknownBackendError", "WorkerGroupError"]
-
-# Defined beside the code that raises them; a traceback names them where users import them.
-for _error in (CheckpointCorruptError, LinkInCheckpointError, NotRegularFileError, RunLockedError, ScriptExitError,
-               StorageError, UnknownBackendError):
-    _error.__module__ = __name__
 
 
 class TrainkitWarning(RuntimeWarning):
@@ -98,9 +88,77 @@ class PreemptionError(TrainingFailedError):
         self.worker_failures = dict(worker_failures or {})
 
 
-def __getattr__(name: str) -> Any:
-    if name == "PlacementError":  # ``ControllerError.controller_failure`` when workers cannot be placed
-        from trainkit._internal.worker_group import PlacementError  # imports this module: loaded on first use
+# -- raised before or outside an attempt --
 
-        return PlacementError
-    raise AttributeError(f"module 'trainkit.errors' has no attribute {name!r}")
+class ScriptExitError(RuntimeError):
+    """A rank's script exited with a non-zero status (``returncode``; -N: killed by signal N).
+    ``error``: what ``torch.distributed.elastic``'s ``@record`` wrote to ``TORCHELASTIC_ERROR_FILE``
+    (its JSON), when the script wrote one."""
+
+    def __init__(self, script: str, returncode: int, error: dict | None = None):
+        status = f"was killed by signal {-returncode} ({_signal_name(-returncode)})" if returncode < 0 \
+            else f"exited with status {returncode}"
+        message = error and _error_message(error)
+        super().__init__(f"{script} {status}" + (f": {message}" if message else ""))
+        self.script, self.returncode, self.error = script, returncode, error
+
+    def __reduce__(self) -> tuple:
+        return ScriptExitError, (self.script, self.returncode, self.error)
+
+
+def _error_message(error: dict) -> str | None:
+    """The one line torchrun's failure summary shows of an error file (``{"message": {"message": ...}}``)."""
+    message = error.get("message")
+    message = message.get("message") if isinstance(message, dict) else message
+    return str(message).strip().splitlines()[0] if message and str(message).strip() else None
+
+
+class RunLockedError(RuntimeError):
+    """Another driver is running this run."""
+
+
+class UnknownBackendError(ValueError):
+    """No installed plugin provides the requested backend, or more than one claims it."""
+
+
+class StorageError(OSError):
+    """A storage operation failed for good. ``errno``, ``filename`` and ``operation`` say which."""
+
+    def __init__(self, operation: str, path: str, cause: BaseException):
+        code = getattr(cause, "errno", None)
+        reason = getattr(cause, "strerror", None) or str(cause)
+        super().__init__(code, f"{operation} failed: {reason}", path)
+        self.operation = operation
+
+    def __reduce__(self):  # errno, message and path survive a pickle (a Ray worker's error)
+        return _rebuild, (self.operation, self.filename, self.errno, self.strerror)
+
+
+def _rebuild(operation: str, path: str, code: int | None, message: str) -> StorageError:
+    error = StorageError.__new__(StorageError)
+    OSError.__init__(error, code, message, path)
+    error.operation = operation
+    return error
+
+
+class CheckpointCorruptError(ValueError):
+    """A checkpoint's files do not match its manifest (or it has none)."""
+
+
+class LinkInCheckpointError(ValueError):
+    """A reported checkpoint directory holds a symbolic link or a file that is not a regular file."""
+
+
+class NotRegularFileError(OSError):
+    """A file read back from storage is a FIFO, socket, device, directory or symbolic link."""
+
+
+class PlacementError(RuntimeError):
+    """The cluster cannot place the requested workers."""
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return "unknown"

@@ -12,9 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pluggy
 
 if TYPE_CHECKING:
-    from trainkit._internal.plugins import BackendRegistry
-    from trainkit._internal.worker_group import WorkerGroup
-    from trainkit.backend import BackendConfig
+    from trainkit.backend import BackendConfig, BackendRegistry, WorkerGroup
     from trainkit.callbacks import UserCallback
     from trainkit.config import RunConfig, ScalingConfig
     from trainkit.context import TrainContext

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+import posixpath
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from trainkit._internal import storage as storage_mod
 from trainkit._internal.metrics_log import read_metrics_log
+from trainkit._internal.run_state import RunState
 from trainkit.checkpoint import Checkpoint
+from trainkit.config import CheckpointConfig
 from trainkit.errors import ControllerError, PreemptionError, TrainingFailedError, WorkerGroupError
 
 if TYPE_CHECKING:
@@ -74,13 +77,36 @@ class Result:
     @classmethod
     def from_path(cls, path: str, storage_filesystem: "pafs.FileSystem | None" = None) -> "Result":
         """Read a run's result from its directory (local path or URI)."""
-        from trainkit._internal.run_state import RunState
-
         fs, run_path = storage_mod.resolve_filesystem(path, storage_filesystem)
         state = RunState.load(fs, run_path)
         if state is None:
             raise FileNotFoundError(f"no trainkit run at {path!r} (no {storage_mod.STATE})")
-        return state.to_result(fs, run_path)
+        return cls.from_run_state(state, fs, run_path)
+
+    @classmethod
+    def from_run_state(cls, state: RunState, fs: "pafs.FileSystem", run_path: str,
+                       config: CheckpointConfig | None = None, error: BaseException | None = None,
+                       return_value: Any = None) -> "Result":
+        """The result ``state`` records; best checkpoints first by ``config``'s ranking (default: the
+        one the run recorded)."""
+        def checkpoint(name: str) -> Checkpoint:
+            return Checkpoint(posixpath.join(run_path, name), fs)
+
+        state.fill_checkpoint_metrics(fs, run_path)
+        config = config or state.score_config()
+        ordered = state.ranked(config) if config.checkpoint_score_attribute else \
+            sorted(state.checkpoints, key=lambda c: c.index)
+        return cls(
+            metrics=state.last_metrics,
+            checkpoint=checkpoint(state.latest_checkpoint) if state.latest_checkpoint else None,
+            path=run_path,
+            filesystem=fs,
+            error=error,
+            best_checkpoints=[(checkpoint(c.name), c.metrics) for c in ordered],
+            return_value=return_value,
+            score_attribute=config.checkpoint_score_attribute,
+            score_order=config.checkpoint_score_order,
+        )
 
     def __repr__(self) -> str:
         parts = [f"metrics={self.metrics!r}", f"path={self.path!r}", f"checkpoint={self.checkpoint!r}"]

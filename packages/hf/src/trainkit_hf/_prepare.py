@@ -9,7 +9,7 @@ import os
 from typing import Any, Iterator
 
 import trainkit
-from trainkit.checkpoint import resume_file
+from trainkit.framework import resume_file
 
 logger = logging.getLogger("trainkit_hf")
 STATE_FILE = "trainer_state.json"  # every Trainer checkpoint has one

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainkit.callbacks import ReportCallbackBase
+from trainkit.framework import ReportCallbackBase
 
 from trainkit_lightgbm.checkpoint import LightGBMCheckpointIO
 

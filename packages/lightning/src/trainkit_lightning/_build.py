@@ -20,7 +20,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import trainkit
-from trainkit.checkpoint import resume_file
+from trainkit.framework import resume_file
 from trainkit.validation import check_int
 
 from trainkit_lightning import _public

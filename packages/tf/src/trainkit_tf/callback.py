@@ -10,7 +10,7 @@ import tensorflow as tf
 
 import trainkit
 from trainkit import Checkpoint
-from trainkit.callbacks import MetricNames
+from trainkit.framework import MetricNames
 
 from trainkit_tf.checkpoint import KerasCheckpointIO
 

@@ -7,7 +7,7 @@ from typing import Any
 import xgboost
 from xgboost.callback import TrainingCallback
 
-from trainkit.callbacks import ReportCallbackBase
+from trainkit.framework import ReportCallbackBase
 
 from trainkit_xgboost.checkpoint import XGBoostCheckpointIO
 

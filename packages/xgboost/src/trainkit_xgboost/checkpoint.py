@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainkit.checkpoint import ModelFileCheckpointIO
+from trainkit.framework import ModelFileCheckpointIO
 
 
 class XGBoostCheckpointIO(ModelFileCheckpointIO):

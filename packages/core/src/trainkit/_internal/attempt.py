@@ -28,8 +28,8 @@ from trainkit._internal.session import SALVAGE_S, Session, set_session
 from trainkit._internal.worker import call_train_fn, failure_event
 from trainkit.backend import BackendConfig
 from trainkit.config import FailureConfig, ScalingConfig
-from trainkit.context import PreemptionInfo, TrainContext
-from trainkit.errors import ControllerError, PreemptionError, TrainingFailedError, WorkerGroupError
+from trainkit._internal.context_types import PreemptionInfo, TrainContext
+from trainkit.errors import ControllerError, PlacementError, PreemptionError, TrainingFailedError, WorkerGroupError
 
 POLL_S = 2.0  # a worker answers a poll at least this often (heartbeat)
 ELASTIC_PLACEMENT_S = 10.0  # an elastic start waits this long for more than min_workers, then tries fewer
@@ -128,7 +128,7 @@ class AttemptRunner:
         while True:
             try:
                 return start(n, placement_timeout_s=None if n == scaling.min_workers else ELASTIC_PLACEMENT_S)
-            except worker_group.PlacementError:
+            except PlacementError:
                 if n == scaling.min_workers:
                     raise
                 n = max(scaling.min_workers, min(n - 1, fit()))

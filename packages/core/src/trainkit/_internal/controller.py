@@ -20,7 +20,6 @@ from trainkit._internal.metrics_log import MetricsLog, read_metrics_log
 from trainkit._internal.plugins import get_plugins
 from trainkit._internal.report_log import ReportLog
 from trainkit._internal.reservation import check_enclosing_reservation
-from trainkit._internal.retry import StorageError
 from trainkit._internal.run_logs import RunLogs
 from trainkit._internal.run_state import RunState
 from trainkit._internal.signals import Interrupted, StopSignals
@@ -32,7 +31,7 @@ from trainkit.backend import BackendConfig
 from trainkit.callbacks import RunContext
 from trainkit.checkpoint import Checkpoint
 from trainkit.config import RunConfig, ScalingConfig
-from trainkit.errors import PreemptionError
+from trainkit.errors import PreemptionError, StorageError
 from trainkit.result import Result
 from trainkit.validation import ValidationConfig
 
@@ -217,8 +216,8 @@ class Controller:
             if attempt.error is None:
                 raise
             self.display.note(f"could not record the failure in {storage_mod.STATE}: {exc}")
-        result = state.to_result(storage.fs, storage.run_path, self.run_config.checkpoint_config,
-                                 error=attempt.error, return_value=attempt.return_value)
+        result = Result.from_run_state(state, storage.fs, storage.run_path, self.run_config.checkpoint_config,
+                                       error=attempt.error, return_value=attempt.return_value)
         self._callbacks("on_run_end", self._run_context(), result)
         self.display.summary(result, attempts=state.attempt + 1, reports=state.next_report_index)
         return result

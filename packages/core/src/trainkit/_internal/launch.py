@@ -22,7 +22,6 @@ files itself and hands the report to its worker, which forwards it to the driver
 
 from __future__ import annotations
 
-import atexit
 import codecs
 import importlib.util
 import json
@@ -39,45 +38,15 @@ from dataclasses import dataclass
 from multiprocessing.connection import Client, Listener
 from typing import Any
 
-from trainkit._internal import interface
 from trainkit._internal.debugger import RAYS_HOOKS
+from trainkit._internal.session import LAUNCH_ADDRESS_ENV
 from trainkit._internal.signals import Interrupted
 from trainkit._internal.signals import handler as stop_signal
 from trainkit.backend import Backend, BackendConfig
+from trainkit.errors import ScriptExitError
 
-ADDRESS_ENV = "TRAINKIT_LAUNCH_ADDRESS"
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torchrun's --signals-to-handle
 DEFAULT_SHUTDOWN_TIMEOUT_S = 30  # torchrun's --shutdown-timeout (TORCH_ELASTIC_SHUTDOWN_TIMEOUT)
-
-
-class ScriptExitError(RuntimeError):
-    """A rank's script exited with a non-zero status (``returncode``; -N: killed by signal N).
-    ``error``: what ``torch.distributed.elastic``'s ``@record`` wrote to ``TORCHELASTIC_ERROR_FILE``
-    (its JSON), when the script wrote one."""
-
-    def __init__(self, script: str, returncode: int, error: dict | None = None):
-        status = f"was killed by signal {-returncode} ({_signal_name(-returncode)})" if returncode < 0 \
-            else f"exited with status {returncode}"
-        message = error and _error_message(error)
-        super().__init__(f"{script} {status}" + (f": {message}" if message else ""))
-        self.script, self.returncode, self.error = script, returncode, error
-
-    def __reduce__(self) -> tuple:
-        return ScriptExitError, (self.script, self.returncode, self.error)
-
-
-def _signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return "unknown"
-
-
-def _error_message(error: dict) -> str | None:
-    """The one line torchrun's failure summary shows of an error file (``{"message": {"message": ...}}``)."""
-    message = error.get("message")
-    message = message.get("message") if isinstance(message, dict) else message
-    return str(message).strip().splitlines()[0] if message and str(message).strip() else None
 
 
 @dataclass
@@ -150,13 +119,13 @@ class _Forwarder:
             group, config = self._group, self._config
             if group is None:
                 continue
-            print(f"trainkit launch: {_signal_name(signum)}: sent to all {len(group)} ranks; SIGKILL to those "
+            print(f"trainkit launch: {signal.Signals(signum).name}: sent to all {len(group)} ranks; SIGKILL to those "
                   f"still running {config.shutdown_timeout_s:g} s later (--shutdown-timeout)",
                   file=sys.stderr, flush=True)
             try:
                 group.execute_async(_forward_signal, signum, config.shutdown_timeout_s)
             except Exception as exc:  # noqa: BLE001 - the ranks' end ends the run regardless
-                print(f"trainkit launch: could not send {_signal_name(signum)} to the ranks: {exc}",
+                print(f"trainkit launch: could not send {signal.Signals(signum).name} to the ranks: {exc}",
                       file=sys.stderr, flush=True)
 
     def release(self) -> None:
@@ -205,7 +174,7 @@ def run_script(config: dict[str, Any]) -> None:
     if agent_store:
         env["TORCHELASTIC_USE_AGENT_STORE"] = "True"
     with _Bridge(session) as bridge:
-        env[ADDRESS_ENV] = bridge.address
+        env[LAUNCH_ADDRESS_ENV] = bridge.address
         env["TORCHELASTIC_ERROR_FILE"] = error_file = os.path.join(bridge.directory, "error.json")
         proc = _script.start([sys.executable, config["script"], *config["args"]], cwd=cwd, env=env,
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -379,123 +348,3 @@ class _Bridge:
         self._thread.join(timeout=10)
         self._listener.close()
         shutil.rmtree(self.directory, ignore_errors=True)
-
-
-def script_session() -> Any:
-    """In a launched script's process: a session whose reports go to the worker (None elsewhere)."""
-    if not os.environ.get(ADDRESS_ENV):
-        return None
-    from trainkit._internal.session import Session
-
-    conn = Client(os.environ[ADDRESS_ENV], family="AF_UNIX")
-    context, storage, next_index, checkpoint = conn.recv()
-    lock = threading.Lock()
-
-    def send(report: Any) -> None:
-        with lock:
-            conn.send(report)
-
-    session = Session(context, storage, send, next_index=next_index, checkpoint=checkpoint)
-    atexit.register(session.finish)  # background uploads and hashing end before the process does
-    return session
-
-
-# -- the command ---------------------------------------------------------------------------------
-def add_arguments(parser: Any) -> None:
-    import argparse
-
-    parser.add_argument("--nproc", type=int, default=1, help="how many workers (ranks) run the script (default: 1)")
-    parser.add_argument("--max-failures", type=int, default=0,
-                        help="restart all ranks this many times after a rank fails (-1: always; default: 0)")
-    parser.add_argument("--name", help="the run's name (default: <script>_<date>)")
-    parser.add_argument("--storage-path", help="where the run directory goes (default: $TRAINKIT_STORAGE_PATH, "
-                        "else ~/trainkit_results)")
-    parser.add_argument("--cpus-per-worker", type=float, default=1.0, help="CPUs each worker reserves (default: 1)")
-    parser.add_argument("--gpus-per-worker", type=float, default=0.0, help="GPUs each worker reserves (default: 0)")
-    parser.add_argument("--shutdown-timeout", type=float, default=None, metavar="SECONDS",
-                        help="after a signal to the launcher, or a rank's failure, the ranks still running are "
-                        "SIGKILLed this long after their SIGTERM (default: $TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30)")
-    parser.add_argument("--signals-to-handle", default=DEFAULT_SIGNALS, metavar="SIGNALS",
-                        help="signals the launcher sends on to every rank as they are (default: %(default)s)")
-    parser.add_argument("script", help="the Python script, run as `python SCRIPT ARGS...` on every rank")
-    parser.add_argument("script_args", nargs=argparse.REMAINDER, help="the script's arguments")
-
-
-def main(args: Any) -> int:
-    """Run the script; the exit status is its outcome: 0, the failing rank's status, 1 when trainkit
-    itself failed (e.g. a worker died), 2 for bad arguments."""
-    import time
-
-    import trainkit
-
-    script = os.path.abspath(args.script)
-    shutdown_timeout = args.shutdown_timeout
-    if shutdown_timeout is None:
-        shutdown_timeout = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(DEFAULT_SHUTDOWN_TIMEOUT_S))
-    shutdown_timeout, timeout_problem = _seconds(shutdown_timeout)
-    signals = [name.strip() for name in args.signals_to_handle.split(",") if name.strip()]
-    unknown = [name for name in signals if not _catchable(name)]
-    problems = [f"--nproc {args.nproc}: expected 1 or more" if args.nproc < 1 else "",
-                f"--max-failures {args.max_failures}: expected -1 or more" if args.max_failures < -1 else "",
-                f"--shutdown-timeout {timeout_problem}" if timeout_problem else "",
-                f"--signals-to-handle {','.join(unknown)}: expected signal names a process can catch, e.g. "
-                f"{DEFAULT_SIGNALS},SIGUSR1" if unknown else "",
-                f"script {args.script!r} is not a file" if not os.path.isfile(script) else ""]
-    if problem := next((p for p in problems if p), None):
-        print(f"trainkit launch: {problem}", file=sys.stderr)
-        return 2
-    resources = {"CPU": args.cpus_per_worker, **({"GPU": args.gpus_per_worker} if args.gpus_per_worker else {})}
-    name = args.name or f"{os.path.splitext(os.path.basename(script))[0]}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
-    config = {"script": script, "args": list(args.script_args), "cwd": os.getcwd(),
-              "max_restarts": args.max_failures, "signals": signals}
-    with interface.command_line(interface.LAUNCH_FLAGS):  # messages name --name, not RunConfig(name=...)
-        try:
-            trainer = trainkit.DataParallelTrainer(
-                run_script, train_loop_config=config,
-                backend_config=LaunchConfig(signals=tuple(signals), shutdown_timeout_s=shutdown_timeout),
-                scaling_config=trainkit.ScalingConfig(num_workers=args.nproc, resources_per_worker=resources),
-                run_config=trainkit.RunConfig(name=name, storage_path=args.storage_path,
-                                              failure_config=trainkit.FailureConfig(max_failures=args.max_failures)))
-        except ValueError as exc:
-            print(f"trainkit launch: {exc}", file=sys.stderr)
-            return 2
-        try:
-            trainer.fit()
-        except SystemExit:
-            if forwarder.received:  # the run ended as Ctrl-C ends it: 128 + the signal, as a shell says
-                return 128 + forwarder.received[0]
-            raise
-        except trainkit.RunLockedError as exc:
-            print(f"trainkit launch: {exc}", file=sys.stderr)
-            return 1
-        except trainkit.TrainingFailedError as exc:
-            if isinstance(exc.__cause__, ScriptExitError):
-                _record_root_cause(exc.__cause__)
-                code = exc.__cause__.returncode
-                return code if code > 0 else 128 - code  # killed by signal N: 128 + N, as a shell says
-            return 1
-    return 0
-
-
-def _record_root_cause(error: ScriptExitError) -> None:
-    """As torchrun's ``@record`` main does: the failing rank's error file becomes the launcher's own
-    ``TORCHELASTIC_ERROR_FILE`` (when a scheduler above set one)."""
-    if (path := os.environ.get("TORCHELASTIC_ERROR_FILE")) and error.error:
-        try:
-            with open(path, "w") as f:
-                json.dump(error.error, f)
-        except OSError as exc:
-            print(f"trainkit launch: could not write TORCHELASTIC_ERROR_FILE {path}: {exc}", file=sys.stderr)
-
-
-def _seconds(value: str | float) -> tuple[float, str]:
-    """(seconds, "") or (0, what is wrong)."""
-    try:
-        seconds = float(value)
-    except ValueError:
-        return 0.0, f"{value!r}: expected a number of seconds"
-    return (seconds, "") if seconds >= 0 else (0.0, f"{value}: expected 0 or more seconds")
-
-
-def _catchable(name: str) -> bool:
-    return isinstance(getattr(signal, name, None), signal.Signals) and name not in ("SIGKILL", "SIGSTOP")

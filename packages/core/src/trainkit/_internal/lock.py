@@ -25,18 +25,15 @@ from typing import Any
 
 from trainkit._internal.display import warn
 from trainkit._internal.interface import setting
-from trainkit._internal.retry import StorageError, with_retries
+from trainkit._internal.retry import with_retries
 from trainkit._internal.storage import RunStorage, is_local
 from trainkit._internal.untrusted import stored_token
+from trainkit.errors import RunLockedError, StorageError
 
 LOCK = ".lock"
 TAKEOVER = ".lock.takeover-"  # + the token of the dead lease being taken over
 REFRESH_S = 10.0
 STALE_S = 60.0
-
-
-class RunLockedError(RuntimeError):
-    """Another driver is running this run."""
 
 
 def _pid_alive(pid: int) -> bool:

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from trainkit._internal import strict_json
 from trainkit._internal.retry import with_retries
 from trainkit._internal.storage import METRICS, is_local, list_dir, open_input
-from trainkit._internal.untrusted import NotRegularFileError, open_regular
+from trainkit._internal.untrusted import open_regular
+from trainkit.errors import NotRegularFileError
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs

@@ -30,13 +30,10 @@ from packaging.utils import canonicalize_name
 
 from trainkit import hookspecs
 from trainkit.backend import BackendConfig
+from trainkit.errors import UnknownBackendError
 
 logger = logging.getLogger("trainkit.plugins")
 GROUP = "trainkit.plugins"
-
-
-class UnknownBackendError(ValueError):
-    """No installed plugin provides the requested backend, or more than one claims it."""
 
 
 DIRECT = "<direct>"  # registrations made outside any plugin (tests, scripts)

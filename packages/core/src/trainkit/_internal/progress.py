@@ -18,7 +18,7 @@ import time
 import traceback
 from typing import Any, Iterator
 
-from trainkit.result import WorkerGroupError
+from trainkit.errors import WorkerGroupError
 
 CHECK_EVERY_S = 10.0
 ANSWER_S = 2.0  # a rank that does not answer the check in time is the heartbeat's business

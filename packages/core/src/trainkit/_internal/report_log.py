@@ -14,12 +14,12 @@ from trainkit._internal import storage as storage_mod
 from trainkit._internal.display import Display
 from trainkit._internal.events import Report
 from trainkit._internal.metrics_log import MetricsLog
-from trainkit._internal.retry import StorageError
 from trainkit._internal.run_state import CheckpointRecord, RunState
 from trainkit._internal.storage import FileEntry, RunStorage
 from trainkit._internal.validation import Validator
 from trainkit.checkpoint import Checkpoint
 from trainkit.config import CheckpointConfig
+from trainkit.errors import CheckpointCorruptError, StorageError
 
 if TYPE_CHECKING:
     from trainkit._internal.session import Session
@@ -89,7 +89,7 @@ class ReportLog:
         for record in sorted(state.checkpoints, key=lambda c: c.index, reverse=True):
             try:
                 storage_mod.verify_checkpoint(storage.fs, storage.path(record.name))
-            except storage_mod.CheckpointCorruptError as exc:
+            except CheckpointCorruptError as exc:
                 self.display.note(f"skipping checkpoint {record.name}: {exc}")
                 state.checkpoints.remove(record)
                 continue

@@ -7,7 +7,7 @@ import errno
 import time
 from typing import Callable, TypeVar
 
-from trainkit._internal.untrusted import NotRegularFileError
+from trainkit.errors import NotRegularFileError, StorageError
 
 T = TypeVar("T")
 
@@ -16,26 +16,6 @@ PERSISTENT = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS
               errno.EISDIR, errno.ENAMETOOLONG, errno.EEXIST, errno.ENOTEMPTY, errno.EINVAL}
 # About 15 s in all: a storage outage that short (an S3 endpoint restarting) is ridden out.
 BACKOFF_S = (0.1, 0.5, 1.5, 3.0, 4.0, 6.0)
-
-
-class StorageError(OSError):
-    """A storage operation failed for good. ``errno``, ``filename`` and ``operation`` say which."""
-
-    def __init__(self, operation: str, path: str, cause: BaseException):
-        code = getattr(cause, "errno", None)
-        reason = getattr(cause, "strerror", None) or str(cause)
-        super().__init__(code, f"{operation} failed: {reason}", path)
-        self.operation = operation
-
-    def __reduce__(self):  # errno, message and path survive a pickle (a Ray worker's error)
-        return _rebuild, (self.operation, self.filename, self.errno, self.strerror)
-
-
-def _rebuild(operation: str, path: str, code: int | None, message: str) -> StorageError:
-    error = StorageError.__new__(StorageError)
-    OSError.__init__(error, code, message, path)
-    error.operation = operation
-    return error
 
 
 def with_retries(operation: str, path: str, fn: Callable[[], T], backoff_s: tuple[float, ...] = BACKOFF_S) -> T:

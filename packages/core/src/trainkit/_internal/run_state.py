@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 from trainkit._internal import storage as storage_mod
 from trainkit._internal import strict_json
 from trainkit._internal.metrics_log import read_last_report
-from trainkit._internal.untrusted import NotRegularFileError, stored_name
-from trainkit.checkpoint import Checkpoint
+from trainkit._internal.untrusted import stored_name
 from trainkit.config import CheckpointConfig
+from trainkit.errors import NotRegularFileError
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -231,27 +231,3 @@ class RunState:
         dropped = [c for c in self.checkpoints if c.name not in keep]
         self.checkpoints = [c for c in self.checkpoints if c.name in keep]
         return dropped
-
-    def to_result(self, fs: "pafs.FileSystem", run_path: str, config: CheckpointConfig | None = None,
-                  error: BaseException | None = None, return_value: Any = None) -> Any:
-        """The run's ``Result``; best checkpoints first by ``config``'s ranking (default: the recorded one)."""
-        from trainkit.result import Result
-
-        def checkpoint(name: str) -> Checkpoint:
-            return Checkpoint(posixpath.join(run_path, name), fs)
-
-        self.fill_checkpoint_metrics(fs, run_path)
-        config = config or self.score_config()
-        ordered = self.ranked(config) if config.checkpoint_score_attribute else \
-            sorted(self.checkpoints, key=lambda c: c.index)
-        return Result(
-            metrics=self.last_metrics,
-            checkpoint=checkpoint(self.latest_checkpoint) if self.latest_checkpoint else None,
-            path=run_path,
-            filesystem=fs,
-            error=error,
-            best_checkpoints=[(checkpoint(c.name), c.metrics) for c in ordered],
-            return_value=return_value,
-            score_attribute=config.checkpoint_score_attribute,
-            score_order=config.checkpoint_score_order,
-        )

@@ -7,20 +7,24 @@ thread, or a background thread in ASYNC mode), and hands an event to ``sink``.
 
 from __future__ import annotations
 
+import atexit
+import os
 import shutil
 import threading
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
+from multiprocessing.connection import Client
 from typing import Any, Callable
 
 from trainkit._internal import storage as storage_mod
+from trainkit._internal.context_types import CheckpointUploadMode, TrainContext
 from trainkit._internal.events import Report
 from trainkit._internal.metrics import validate_metrics
 from trainkit._internal.naming import validate_name
 from trainkit._internal.progress import Progress
 from trainkit.checkpoint import Checkpoint, ReportedCheckpoint, ReportedCheckpointStatus
-from trainkit.context import CheckpointConsistencyMode, CheckpointUploadMode, TrainContext  # noqa: F401 - their old import path
 
+LAUNCH_ADDRESS_ENV = "TRAINKIT_LAUNCH_ADDRESS"  # set by trainkit launch in each rank's script process
 SALVAGE_S = 30.0  # how long a failed training function's in-flight uploads may take to commit
 
 
@@ -259,9 +263,25 @@ def current_context(caller: str) -> TrainContext:
 def get_session(caller: str) -> Session:
     global _session
     if _session is None:
-        from trainkit._internal.launch import script_session
-
-        _session = script_session()  # a script run by `trainkit launch` reports through its worker
+        _session = _script_session()  # a script run by `trainkit launch` reports through its worker
     if _session is None:
         raise RuntimeError(f"trainkit.{caller}() can only be called inside a training function run by a trainkit Trainer")
     return _session
+
+
+def _script_session() -> Session | None:
+    """In a script's process under ``trainkit launch``: a session whose reports go to its worker over
+    the Unix socket ``LAUNCH_ADDRESS_ENV`` names (the worker's end: ``launch._Bridge``); None elsewhere."""
+    if not os.environ.get(LAUNCH_ADDRESS_ENV):
+        return None
+    conn = Client(os.environ[LAUNCH_ADDRESS_ENV], family="AF_UNIX")
+    context, storage, next_index, checkpoint = conn.recv()
+    lock = threading.Lock()
+
+    def send(report: Any) -> None:
+        with lock:
+            conn.send(report)
+
+    session = Session(context, storage, send, next_index=next_index, checkpoint=checkpoint)
+    atexit.register(session.finish)  # background uploads and hashing end before the process does
+    return session

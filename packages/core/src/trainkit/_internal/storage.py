@@ -45,7 +45,8 @@ from trainkit._internal.interface import field_label
 from trainkit._internal.naming import validate_name
 from trainkit._internal.redact import redact
 from trainkit._internal.retry import with_retries
-from trainkit._internal.untrusted import NotRegularFileError, describe, open_regular, stored_name, stored_relpath
+from trainkit._internal.untrusted import describe, open_regular, stored_name, stored_relpath
+from trainkit.errors import CheckpointCorruptError, LinkInCheckpointError, NotRegularFileError
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -60,10 +61,6 @@ _CHUNK = 8 << 20
 _UNHASHED = {MANIFEST, METADATA}  # the manifest can't hash itself; metadata stays editable
 _CHECKPOINT_DIR = re.compile(r"checkpoint_\d+")
 _ATTEMPT_DIR = re.compile(r"\.attempt-\d+-[0-9a-f]+")  # an attempt's files in a checkpoint (upload_path)
-
-
-class CheckpointCorruptError(ValueError):
-    """A checkpoint's files do not match its manifest (or it has none)."""
 
 
 def default_storage_path() -> str:
@@ -142,10 +139,6 @@ def _warn_link(path: str) -> None:
 
     warn(f"{path} is a symbolic link (to {os.readlink(path)}); trainkit never follows, moves or deletes "
          "links in a run directory and leaves it alone", stacklevel=3)
-
-
-class LinkInCheckpointError(ValueError):
-    """A reported checkpoint directory holds a symbolic link or a file that is not a regular file."""
 
 
 def local_files(root: str) -> list[tuple[str, str]]:

@@ -15,6 +15,7 @@ import stat
 from typing import IO, Any
 
 from trainkit._internal.naming import validate_name
+from trainkit.errors import NotRegularFileError
 
 _HEX = re.compile(r"[0-9a-f]{1,64}")
 
@@ -53,10 +54,6 @@ def stored_token(source: str, field: str, value: Any) -> str | None:
         return value
     _refuse(source, field, value, "expected a hex token")
     return None
-
-
-class NotRegularFileError(OSError):
-    """A file read back from storage is a FIFO, socket, device, directory or symbolic link."""
 
 
 def describe(mode: int) -> str:

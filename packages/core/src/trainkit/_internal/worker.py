@@ -21,7 +21,8 @@ from typing import Any, Callable
 from trainkit._internal import preemption
 from trainkit._internal.events import Failed, Finished, Preempted
 from trainkit._internal.rank_output import RankOutput
-from trainkit._internal.session import SALVAGE_S, Session, TrainContext, set_session, set_worker_context
+from trainkit._internal.context_types import TrainContext
+from trainkit._internal.session import SALVAGE_S, Session, set_session, set_worker_context
 from trainkit._internal.storage import RunStorage
 from trainkit.backend import BackendConfig
 from trainkit.checkpoint import Checkpoint

@@ -10,16 +10,13 @@ from typing import Any, Callable, Mapping, Sequence
 from trainkit._internal import net, tpu
 from trainkit._internal.plugins import get_plugins
 from trainkit._internal.reservation import reserved_bundles
-from trainkit._internal.session import TrainContext
+from trainkit._internal.context_types import TrainContext
 from trainkit._internal.worker import Worker
 from trainkit.backend import Rendezvous, WorkerInfo
 from trainkit.config import ScalingConfig
+from trainkit.errors import PlacementError
 
 PLACEMENT_TIMEOUT_S = float(os.environ.get("TRAINKIT_PLACEMENT_TIMEOUT_S", "60"))
-
-
-class PlacementError(RuntimeError):
-    """The cluster cannot place the requested workers."""
 
 
 def _actor_options(resources: dict[str, float]) -> dict[str, Any]:
