@@ -65,7 +65,7 @@ def main(mode: str, n: int, out: str) -> None:
 
         ray.init(logging_level="ERROR")
     else:
-        from trainkit._internal.ray_runtime import ensure_ray
+        from trainkit._internal.cluster.ray_runtime import ensure_ray
 
         ensure_ray()
     start = time.perf_counter()

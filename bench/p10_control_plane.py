@@ -47,7 +47,7 @@ def _kib(field: str) -> int:
 def controller(storage: str, n: int):
     """The driver as ``fit()`` builds it, up to the point where the worker group would start."""
     import trainkit
-    from trainkit._internal.controller import Controller
+    from trainkit._internal.driver.controller import Controller
 
     c = Controller(train_fn=lambda: None, train_loop_config=None, backend_config=trainkit.BackendConfig(),
                    scaling_config=trainkit.ScalingConfig(num_workers=n),
@@ -66,7 +66,7 @@ def drain_acks(c, n: int) -> None:
 
 
 def metrics_round(c, n: int, index: int) -> None:
-    from trainkit._internal.events import Report
+    from trainkit._internal.worker.events import Report
 
     for rank in range(n):
         c.reports.on_report(Report(rank, index, {"step": index, "loss": 1.0 / (index + 1), "lr": 1e-3}))
@@ -74,8 +74,8 @@ def metrics_round(c, n: int, index: int) -> None:
 
 def write_shards(c, n: int, index: int) -> list:
     """Each rank's report of checkpoint ``index``: its shard in the temporary directory, hashed."""
-    from trainkit._internal import storage as storage_mod
-    from trainkit._internal.events import Report
+    from trainkit._internal.storage import run_storage as storage_mod
+    from trainkit._internal.worker.events import Report
 
     name = f"checkpoint_{index:06d}"
     tmp = c.storage.tmp_checkpoint_path(name, c.state.attempt, index)

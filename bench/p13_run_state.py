@@ -18,9 +18,8 @@ import tempfile
 import time
 
 import trainkit
-from trainkit._internal import run_state
-
 from _common import save
+from trainkit._internal.storage import run_state
 
 
 def train_fn(config):

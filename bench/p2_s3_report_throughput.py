@@ -42,7 +42,7 @@ def plain_puts(fs, prefix: str, n: int) -> float:
 
 def main() -> None:
     import trainkit
-    from trainkit._internal.metrics_log import read_metrics_log
+    from trainkit._internal.storage.metrics_log import read_metrics_log
     from trainkit.testing.s3 import SeaweedFS
 
     parser = argparse.ArgumentParser()

@@ -10,9 +10,8 @@ import time
 from pathlib import Path
 
 from _common import save
-
-from trainkit._internal.metrics_log import MetricsLog, read_metrics_log
-from trainkit._internal.storage import RunStorage
+from trainkit._internal.storage.metrics_log import MetricsLog, read_metrics_log
+from trainkit._internal.storage.run_storage import RunStorage
 from trainkit.testing.s3 import SeaweedFS
 
 

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 import trainkit
-from trainkit._internal.debugger import HOOK
+from trainkit._internal.worker.debugger import HOOK
 from trainkit.testing import subprocesses
 
 RANK_SCRIPT = textwrap.dedent('''

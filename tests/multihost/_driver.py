@@ -212,7 +212,7 @@ class DrainThenReclaim(trainkit.UserCallback):
 
 
 def drain(cluster: Cluster, options: dict) -> dict:
-    from trainkit._internal import worker_group
+    from trainkit._internal.worker import worker_group
 
     worker_group.PLACEMENT_TIMEOUT_S = 180  # the next attempt waits for the replacement host
     callback = DrainThenReclaim(cluster, options["deadline_s"])
@@ -255,7 +255,7 @@ def stray(storage) -> list[str]:
     """Files of the run no manifest names: temporary ones, or in an attempt folder no manifest names."""
     import pyarrow.fs as pafs
 
-    from trainkit._internal.storage import read_manifest
+    from trainkit._internal.storage.run_storage import read_manifest
 
     found = []
     for info in storage.fs.get_file_info(pafs.FileSelector(storage.run_path, recursive=True)):
@@ -294,7 +294,7 @@ class Partition(trainkit.UserCallback):
 
 
 def fence(cluster: Cluster, options: dict) -> dict:
-    from trainkit._internal.storage import RunStorage
+    from trainkit._internal.storage.run_storage import RunStorage
 
     markers = options["markers"]
     os.environ.update(TRAINKIT_FAULT_POINT=f"before_upload_file:rank=1:attempt=0:index={HOLD_AT}",

@@ -11,9 +11,9 @@ import os
 import sys
 import time
 
-from trainkit._internal.lock import RunLock
+from trainkit._internal.storage.lock import RunLock
 from trainkit.errors import RunLockedError
-from trainkit._internal.storage import RunStorage
+from trainkit._internal.storage.run_storage import RunStorage
 
 if __name__ == "__main__":
     storage, rounds, go, ready, done = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]

@@ -13,8 +13,8 @@ import pytest
 
 import trainkit
 from trainkit import DataParallelTrainer, RunLockedError, ScalingConfig
-from trainkit._internal.run_state import CheckpointRecord, RunState
-from trainkit._internal.storage import RunStorage
+from trainkit._internal.storage.run_state import CheckpointRecord, RunState
+from trainkit._internal.storage.run_storage import RunStorage
 from trainkit.testing import subprocesses
 
 

@@ -13,8 +13,8 @@ import pyarrow.fs as pafs
 import pytest
 
 from trainkit import Checkpoint
-from trainkit._internal.session import Session
-from trainkit._internal.storage import MANIFEST, RunStorage
+from trainkit._internal.worker.session import Session
+from trainkit._internal.storage.run_storage import MANIFEST, RunStorage
 from trainkit.context import CheckpointUploadMode, TrainContext
 from trainkit.errors import RunLockedError
 
@@ -95,9 +95,9 @@ def test_a_zombies_upload_after_retention_deleted_the_checkpoint_is_swept(storag
 def test_a_driver_that_lost_its_lease_writes_nothing(tmp_path):
     """A driver cut off from storage (or frozen) for longer than the lease lasts is taken over; when
     it comes back, its commits, state writes, metrics and deletes are refused, not written."""
-    from trainkit._internal import lock
-    from trainkit._internal.metrics_log import MetricsLog
-    from trainkit._internal.storage import STATE
+    from trainkit._internal.storage import lock
+    from trainkit._internal.storage.metrics_log import MetricsLog
+    from trainkit._internal.storage.run_storage import STATE
 
     stale = RunStorage(str(tmp_path / "runs"), "driven")
     stale.preflight()
@@ -130,7 +130,7 @@ def test_a_driver_that_lost_its_lease_writes_nothing(tmp_path):
 
 
 def test_a_driver_that_could_not_renew_its_lease_stops_writing(tmp_path):
-    from trainkit._internal import lock
+    from trainkit._internal.storage import lock
 
     storage = RunStorage(str(tmp_path / "runs"), "silent")
     storage.preflight()

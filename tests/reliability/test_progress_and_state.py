@@ -119,8 +119,8 @@ def _wait_for_reports(proc, run_path, count):
 def test_a3_state_follows_reports_and_a_dead_driver_reads_interrupted(tmp_path, run_driver, monkeypatch, figure):
     import signal
 
-    from trainkit._internal import lock
-    from trainkit._internal.runs import describe_run, list_runs
+    from trainkit._internal.storage import lock
+    from trainkit._internal.tools.runs import describe_run, list_runs
 
     proc = run_driver(str(tmp_path), "run", 100000, wait=False, sleep=0.02, checkpoint=False)
     _wait_for_reports(proc, str(tmp_path / "run"), 5)  # no checkpoint yet: only the rate-limited saves
@@ -144,7 +144,7 @@ def test_a3_state_follows_reports_and_a_dead_driver_reads_interrupted(tmp_path, 
 def test_a4_ctrl_c_ends_the_run_in_one_line_as_interrupted(tmp_path, run_driver, figure):
     import signal
 
-    from trainkit._internal.runs import describe_run
+    from trainkit._internal.tools.runs import describe_run
 
     proc = run_driver(str(tmp_path), "run", 100000, wait=False, sleep=0.05)
     _wait_for_reports(proc, str(tmp_path / "run"), 3)

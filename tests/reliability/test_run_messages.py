@@ -47,7 +47,7 @@ def test_stuck_ddp_names_the_rank_not_in_a_collective(ray_cluster, run_config, t
 
 
 def test_ctrl_c_line_names_the_newest_committed_checkpoint(tmp_path, run_driver):
-    from trainkit._internal.storage import RunStorage
+    from trainkit._internal.storage.run_storage import RunStorage
 
     for round in range(3):  # SIGINT lands at a different point of the commit cycle each time
         name = f"run{round}"

@@ -9,7 +9,7 @@ import uuid
 import pyarrow.fs as pafs
 
 import trainkit
-from trainkit._internal.metrics_log import read_metrics_log
+from trainkit._internal.storage.metrics_log import read_metrics_log
 from trainkit import DataParallelTrainer, FailureConfig, RunConfig, ScalingConfig
 from trainkit.testing.steps import report_step, resume_step
 
@@ -73,7 +73,7 @@ def test_s3_server_listens_on_loopback_and_only_on_ports_it_was_given(s3_server)
 
 
 def test_s3_upload_in_place_cut_short_is_swept_and_never_loaded(s3_server, tmp_path):
-    from trainkit._internal.storage import RunStorage, upload_dir
+    from trainkit._internal.storage.run_storage import RunStorage, upload_dir
 
     storage = RunStorage(s3_server["uri"], f"cut{uuid.uuid4().hex[:6]}")
     storage.preflight()

@@ -106,7 +106,7 @@ def test_s4_malicious_pickle_is_refused_without_fallback(tmp_path, figure):
 
 
 def test_s5_credentials_never_written_or_printed(ray_cluster, s3_server, capfd, figure):
-    from trainkit._internal.storage import RunStorage
+    from trainkit._internal.storage.run_storage import RunStorage
 
     secret = s3_server["secret_key"]
 

@@ -21,9 +21,9 @@ import pytest
 
 import trainkit
 from trainkit import DataParallelTrainer, ScalingConfig, StorageError, TrainingFailedError
-from trainkit._internal.lock import RunLock, driver_alive
-from trainkit._internal.metrics_log import SEGMENT_LINES, SEGMENTS, MetricsLog, read_metrics_log
-from trainkit._internal.storage import QUARANTINE, RunStorage
+from trainkit._internal.storage.lock import RunLock, driver_alive
+from trainkit._internal.storage.metrics_log import SEGMENT_LINES, SEGMENTS, MetricsLog, read_metrics_log
+from trainkit._internal.storage.run_storage import QUARANTINE, RunStorage
 from trainkit.testing.steps import report_step, resume_step
 
 TWO = ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5})

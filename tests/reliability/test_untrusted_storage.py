@@ -16,11 +16,11 @@ import pytest
 
 import trainkit
 from trainkit import Checkpoint, CheckpointCorruptError, DataParallelTrainer, RunConfig, ScalingConfig, TrainkitWarning
-from trainkit._internal.lock import LOCK, RunLock
+from trainkit._internal.storage.lock import LOCK, RunLock
 from trainkit.errors import RunLockedError
-from trainkit._internal.metrics_log import SEGMENTS, read_metrics_log
-from trainkit._internal.run_state import RunState
-from trainkit._internal.storage import MANIFEST, QUARANTINE, RunStorage, upload_dir, verify_checkpoint
+from trainkit._internal.storage.metrics_log import SEGMENTS, read_metrics_log
+from trainkit._internal.storage.run_state import RunState
+from trainkit._internal.storage.run_storage import MANIFEST, QUARANTINE, RunStorage, upload_dir, verify_checkpoint
 
 PAYLOAD = b"planted by an attacker"
 

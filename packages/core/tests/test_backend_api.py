@@ -7,7 +7,6 @@ import types
 from dataclasses import dataclass
 
 import pytest
-
 import trainkit
 from trainkit import Backend, BackendConfig, DataParallelTrainer, ScalingConfig
 from trainkit.lazy import lazy_exports
@@ -72,7 +71,7 @@ def test_a_backend_on_the_public_worker_group_sets_per_rank_env_and_arguments(ra
 
 
 def test_set_env_is_undone_and_bad_input_is_refused(ray_cluster):
-    from trainkit._internal.worker_group import WorkerGroup
+    from trainkit._internal.worker.worker_group import WorkerGroup
 
     group = WorkerGroup.start(ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}), 2,
                               run_name="env", attempt=0, storage=None, env={"AUTHOR_KEEP": "before"})

@@ -1,6 +1,6 @@
 """The failure policy alone: how an attempt ended in, what the driver does next out (no Ray)."""
 
-from trainkit._internal.failure_policy import FailurePolicy, Outcome
+from trainkit._internal.driver.failure_policy import FailurePolicy, Outcome
 
 FAILED = Outcome(error_type="ValueError", failed=True)
 

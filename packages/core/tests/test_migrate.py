@@ -6,9 +6,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from trainkit._internal.migrate import migrate_source
-from trainkit._internal.migrate_rules import table
+from trainkit._internal.tools.migrate import migrate_source
+from trainkit._internal.tools.migrate_rules import table
 from trainkit.cli import main
 
 GUIDE = Path(__file__).parents[3] / "docs" / "migrating-from-ray-train.md"
@@ -145,7 +144,7 @@ def test_tuner_with_a_trial_function_is_fine():
 
 def test_the_guides_table_is_the_rules():
     block = GUIDE.read_text().split("<!-- rewrites -->\n")[1].split("\n<!-- /rewrites -->")[0]
-    assert block == table(), "regenerate the table: python -c 'from trainkit._internal.migrate_rules import table; " \
+    assert block == table(), "regenerate the table: python -c 'from trainkit._internal.tools.migrate_rules import table; " \
                              "print(table())'"
 
 

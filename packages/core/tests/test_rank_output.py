@@ -2,7 +2,7 @@
 
 import io
 
-from trainkit._internal.rank_output import RankOutput
+from trainkit._internal.worker.rank_output import RankOutput
 
 
 def test_lines_whole_and_redrawn_lines_as_their_latest_state():

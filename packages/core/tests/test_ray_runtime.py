@@ -25,7 +25,7 @@ print(result.metrics["world"], node.get_session_dir_path().startswith(%r), patch
 
 
 def test_ray_patches_switch_off_and_runs_still_work(tmp_path):
-    from trainkit._internal.ray_runtime import private_dir
+    from trainkit._internal.cluster.ray_runtime import private_dir
 
     env = {**os.environ, "TRAINKIT_RAY_PATCHES": "0"}
     out = subprocesses.run([sys.executable, "-c", SCRIPT % (str(tmp_path), str(private_dir()))], env=env,
@@ -38,7 +38,6 @@ def test_use_gpu_without_a_gpu_fails_at_once_saying_so(ray_cluster, run_config):
     import time
 
     import pytest
-
     import trainkit
     from trainkit import DataParallelTrainer, ScalingConfig
 
@@ -82,8 +81,7 @@ def test_the_agent_stub_exits_once_its_raylet_is_gone(processes):
     import time
 
     import psutil
-
-    from trainkit._internal import ray_runtime
+    from trainkit._internal.cluster import ray_runtime
 
     stub = os.path.join(os.path.dirname(ray_runtime.__file__), "ray_agent_stub.py")
     script = ("import subprocess, sys, time\n"

@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 import trainkit
 from trainkit import CheckpointConfig, FailureConfig, ScalingConfig
 from trainkit.testing import subprocesses
@@ -85,9 +84,9 @@ def tiny_filesystem(tmp_path):
 
 
 def test_a_full_disk_leaves_the_metrics_log_ending_with_a_whole_line(tiny_filesystem):
-    from trainkit._internal.metrics_log import MetricsLog, read_metrics_log
+    from trainkit._internal.storage.metrics_log import MetricsLog, read_metrics_log
+    from trainkit._internal.storage.run_storage import RunStorage
     from trainkit.errors import StorageError
-    from trainkit._internal.storage import RunStorage
 
     storage = RunStorage(str(tiny_filesystem), "full")
     storage.fs.create_dir(storage.run_path)

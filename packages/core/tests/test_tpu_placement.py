@@ -4,10 +4,9 @@ resource on worker 0, and the ``ray.io/tpu-*`` node labels. No TPU is needed: th
 scheduler deciding where workers go."""
 
 import pytest
-
 import trainkit
 from trainkit import DataParallelTrainer, ScalingConfig
-from trainkit._internal import worker_group
+from trainkit._internal.worker import worker_group
 from trainkit.testing import requires, simulated_cluster
 
 pytestmark = requires(ray=">=2.50")  # bundle label selectors, respected since Ray 2.50 (ray-project/ray#55590)

@@ -32,7 +32,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, ContextManager, Mapping, Protocol, Sequence
 
-from trainkit._internal.net import interface_of
+from trainkit._internal.cluster.net import interface_of
 
 __all__ = ["Backend", "BackendConfig", "BackendRegistry", "Rendezvous", "WorkerGroup", "WorkerInfo", "interface_of"]
 

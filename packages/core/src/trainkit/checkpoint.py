@@ -11,7 +11,8 @@ import tempfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
-from trainkit._internal import storage, strict_json
+from trainkit._internal.storage import run_storage as storage
+from trainkit._internal.storage import strict_json
 from trainkit.errors import NotRegularFileError
 
 if TYPE_CHECKING:

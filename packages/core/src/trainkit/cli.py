@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from trainkit._internal import strict_json
+from trainkit._internal.storage import strict_json
 
 
 def _plugins(args: argparse.Namespace) -> int:
@@ -55,8 +55,8 @@ def _metrics(metrics: dict[str, Any], limit: int = 4) -> str:
 
 
 def _runs(args: argparse.Namespace) -> int:
-    from trainkit._internal.runs import list_runs
-    from trainkit._internal.storage import default_storage_path
+    from trainkit._internal.storage.run_storage import default_storage_path
+    from trainkit._internal.tools.runs import list_runs
 
     storage_path = args.storage_path or default_storage_path()
     try:
@@ -82,7 +82,7 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from trainkit._internal.runs import describe_run
+    from trainkit._internal.tools.runs import describe_run
 
     try:
         run = describe_run(args.run, args.metric, args.mode)
@@ -124,7 +124,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from trainkit._internal.runs import plot_metrics
+    from trainkit._internal.tools.runs import plot_metrics
 
     try:
         drawn = plot_metrics(args.run, args.metric, args.output, x=args.x)
@@ -139,11 +139,11 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    from trainkit._internal.launch_command import main as launch
+    from trainkit._internal.tools.launch_command import main as launch
 
     return launch(args)
 def _migrate(args: argparse.Namespace) -> int:
-    from trainkit._internal.migrate import migrate_paths
+    from trainkit._internal.tools.migrate import migrate_paths
 
     try:
         migrations = migrate_paths(args.paths, write=args.write)
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                       help="the x-axis: report index (default), the reported 'step', or wall-clock time")
     plot.add_argument("--json", action="store_true", help="machine-readable output")
     plot.set_defaults(func=_plot)
-    from trainkit._internal.launch_command import add_arguments as launch_arguments
+    from trainkit._internal.tools.launch_command import add_arguments as launch_arguments
 
     launch = commands.add_parser("launch", help="run a torchrun-style script on N workers, with restarts",
                                  description="Run `python SCRIPT ARGS...` on every rank with torchrun's "

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from trainkit._internal.session import get_session
+from trainkit._internal.worker.session import get_session
 
 __all__ = ["barrier", "broadcast_from_rank_zero"]
 

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
-from trainkit._internal import tpu
+from trainkit._internal.cluster import tpu
 from trainkit._internal.interface import field_label
 from trainkit._internal.naming import validate_name
 from trainkit.callbacks import UserCallback

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from trainkit._internal.context_types import (CheckpointConsistencyMode, CheckpointUploadMode, PreemptionInfo,
-                                              TrainContext)
-from trainkit._internal.preemption import agreed_info
-from trainkit._internal.session import current_context, get_session
+from trainkit._internal.worker.context_types import (
+    CheckpointConsistencyMode,
+    CheckpointUploadMode,
+    PreemptionInfo,
+    TrainContext,
+)
+from trainkit._internal.worker.preemption import agreed_info
+from trainkit._internal.worker.session import current_context, get_session
 from trainkit.checkpoint import Checkpoint, ReportedCheckpoint
 
 __all__ = ["CheckpointConsistencyMode", "CheckpointUploadMode", "PreemptionInfo", "TrainContext",

@@ -10,7 +10,7 @@ import os
 import tempfile
 from typing import Any, ClassVar, Iterator
 
-from trainkit._internal import storage
+from trainkit._internal.storage import run_storage as storage
 from trainkit.checkpoint import Checkpoint
 from trainkit.context import get_checkpoint, get_context, report
 from trainkit.validation import check_int

@@ -7,9 +7,9 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from trainkit._internal import storage as storage_mod
-from trainkit._internal.metrics_log import read_metrics_log
-from trainkit._internal.run_state import RunState
+from trainkit._internal.storage import run_storage as storage_mod
+from trainkit._internal.storage.metrics_log import read_metrics_log
+from trainkit._internal.storage.run_state import RunState
 from trainkit.checkpoint import Checkpoint
 from trainkit.config import CheckpointConfig
 from trainkit.errors import ControllerError, PreemptionError, TrainingFailedError, WorkerGroupError

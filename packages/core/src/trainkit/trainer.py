@@ -7,8 +7,8 @@ import inspect
 import time
 from typing import Any, Callable, ClassVar
 
+from trainkit._internal.worker.ingest import Datasets
 from trainkit.backend import BackendConfig
-from trainkit._internal.ingest import Datasets
 from trainkit.config import RunConfig, ScalingConfig
 from trainkit.data import DataConfig
 from trainkit.result import Result
@@ -113,7 +113,7 @@ class DataParallelTrainer:
 
         Raises ``TrainingFailedError`` (also in ``Result.error``) when the run fails after its retries.
         """
-        from trainkit._internal.controller import Controller
+        from trainkit._internal.driver.controller import Controller
         from trainkit._internal.plugins import get_plugins
 
         get_plugins().hook.trainkit_check_inputs(train_loop_per_worker=self.train_loop_per_worker,

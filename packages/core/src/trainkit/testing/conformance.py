@@ -47,8 +47,15 @@ from typing import Any, Callable, ClassVar
 import pytest
 
 import trainkit
-from trainkit import (BackendConfig, Checkpoint, CheckpointCorruptError, CheckpointIO, DataParallelTrainer,
-                      ScalingConfig, TrainingFailedError)
+from trainkit import (
+    BackendConfig,
+    Checkpoint,
+    CheckpointCorruptError,
+    CheckpointIO,
+    DataParallelTrainer,
+    ScalingConfig,
+    TrainingFailedError,
+)
 from trainkit.testing import subprocesses
 
 __all__ = ["BackendConformance", "CheckpointConformance"]
@@ -310,7 +317,7 @@ def _assert_resources_released(ray: Any, timeout_s: float = 10.0) -> None:
 def _save_and_report_fn(config: dict) -> None:
     """Every rank reports its own state through the helper; each report that carries a checkpoint
     leaves a file naming its rank (whatever way the helper calls ``trainkit.report``)."""
-    from trainkit._internal.session import Session
+    from trainkit._internal.worker.session import Session
 
     io: CheckpointIO = config["checkpoint_io"]
     rank, report = trainkit.get_context().get_world_rank(), Session.report

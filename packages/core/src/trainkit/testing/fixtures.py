@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from trainkit._internal.net import free_ports
+from trainkit._internal.cluster.net import free_ports
 from trainkit.config import RunConfig
 
 _names = itertools.count()
@@ -24,7 +24,7 @@ def ray_cluster() -> Iterator[Any]:
     """A quiet local Ray instance with 4 logical CPUs for the test module (2 workers x 1 CPU fit twice)."""
     import ray
 
-    from trainkit._internal.ray_runtime import ensure_ray
+    from trainkit._internal.cluster.ray_runtime import ensure_ray
 
     if ray.is_initialized():
         ray.shutdown()
@@ -92,7 +92,7 @@ def preimported_modules() -> tuple[str, ...]:
     """Modules ``no_leaked_env`` imports before its snapshot, so that what they set in ``os.environ``
     when first imported is no leak of whichever test imports them first. Override it (in a
     conftest or a test class) to name a framework that sets variables at import."""
-    return ("trainkit._internal.controller",)
+    return ("trainkit._internal.driver.controller",)
 
 
 @pytest.fixture

@@ -14,16 +14,16 @@ from __future__ import annotations
 import posixpath
 from typing import TYPE_CHECKING, Any
 
-from trainkit._internal import strict_json
-from trainkit._internal.retry import with_retries
-from trainkit._internal.storage import METRICS, is_local, list_dir, open_input
-from trainkit._internal.untrusted import open_regular
+from trainkit._internal.storage import strict_json
+from trainkit._internal.storage.retry import with_retries
+from trainkit._internal.storage.run_storage import METRICS, is_local, list_dir, open_input
+from trainkit._internal.storage.untrusted import open_regular
 from trainkit.errors import NotRegularFileError
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
-    from trainkit._internal.storage import RunStorage
+    from trainkit._internal.storage.run_storage import RunStorage
 
 SEGMENTS = METRICS + ".d"
 SEGMENT_LINES = 200

@@ -37,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from trainkit._internal import ray_worker_main, watchdog
+from trainkit._internal.cluster import ray_worker_main, watchdog
 
 
 def ensure_ray(**init_kwargs: object) -> None:

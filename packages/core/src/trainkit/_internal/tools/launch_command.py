@@ -13,7 +13,13 @@ from typing import Any
 
 import trainkit
 from trainkit._internal import interface
-from trainkit._internal.launch import DEFAULT_SHUTDOWN_TIMEOUT_S, DEFAULT_SIGNALS, LaunchConfig, forwarder, run_script
+from trainkit._internal.tools.launch import (
+    DEFAULT_SHUTDOWN_TIMEOUT_S,
+    DEFAULT_SIGNALS,
+    LaunchConfig,
+    forwarder,
+    run_script,
+)
 from trainkit.errors import ScriptExitError
 
 

@@ -16,12 +16,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from multiprocessing.connection import Client
 from typing import Any, Callable
 
-from trainkit._internal import storage as storage_mod
-from trainkit._internal.context_types import CheckpointUploadMode, TrainContext
-from trainkit._internal.events import Report
+from trainkit._internal.driver.progress import Progress
 from trainkit._internal.metrics import validate_metrics
 from trainkit._internal.naming import validate_name
-from trainkit._internal.progress import Progress
+from trainkit._internal.storage import run_storage as storage_mod
+from trainkit._internal.worker.context_types import CheckpointUploadMode, TrainContext
+from trainkit._internal.worker.events import Report
 from trainkit.checkpoint import Checkpoint, ReportedCheckpoint, ReportedCheckpointStatus
 
 LAUNCH_ADDRESS_ENV = "TRAINKIT_LAUNCH_ADDRESS"  # set by trainkit launch in each rank's script process
@@ -61,9 +61,9 @@ class Session:
         self.datasets = datasets or {}
         self.rendezvous: Any = None  # trainkit.collective's actor handle, made by the first call
         self.collective_calls = 0
-        self.preemption_info: Any = None  # this rank's notice (a PreemptionInfo): see _internal/preemption.py
+        self.preemption_info: Any = None  # this rank's notice (a PreemptionInfo): see _internal/worker/preemption.py
         self.preemption_calls = 0
-        self.progress = Progress()  # reset by report() and collectives: see _internal/progress.py
+        self.progress = Progress()  # reset by report() and collectives: see _internal/driver/progress.py
         self._uploader: ThreadPoolExecutor | None = None
         self._pending: list[Future] = []
         self._upload_errors: list[BaseException] = []  # failed background uploads, for report() to raise

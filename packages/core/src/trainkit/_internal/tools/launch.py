@@ -38,10 +38,10 @@ from dataclasses import dataclass
 from multiprocessing.connection import Client, Listener
 from typing import Any
 
-from trainkit._internal.debugger import RAYS_HOOKS
-from trainkit._internal.session import LAUNCH_ADDRESS_ENV
-from trainkit._internal.signals import Interrupted
-from trainkit._internal.signals import handler as stop_signal
+from trainkit._internal.driver.signals import Interrupted
+from trainkit._internal.driver.signals import handler as stop_signal
+from trainkit._internal.worker.debugger import RAYS_HOOKS
+from trainkit._internal.worker.session import LAUNCH_ADDRESS_ENV
 from trainkit.backend import Backend, BackendConfig
 from trainkit.errors import ScriptExitError
 
@@ -164,7 +164,7 @@ def _without_ray_debugger(env: dict[str, str]) -> dict[str, str]:
 def run_script(config: dict[str, Any]) -> None:
     """The training function of ``trainkit launch``: run ``config["script"]`` with ``config["args"]``
     in a subprocess; raise ScriptExitError when it exits non-zero."""
-    from trainkit._internal.session import get_session
+    from trainkit._internal.worker.session import get_session
 
     session = get_session("launch")
     context = session.context

@@ -12,7 +12,7 @@ import io
 import threading
 from typing import Any, Callable
 
-from trainkit._internal.events import Output
+from trainkit._internal.worker.events import Output
 
 
 def shown(line: str) -> str:

@@ -7,11 +7,11 @@ import os
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from trainkit._internal import net, tpu
+from trainkit._internal.cluster import net, tpu
+from trainkit._internal.cluster.reservation import reserved_bundles
 from trainkit._internal.plugins import get_plugins
-from trainkit._internal.reservation import reserved_bundles
-from trainkit._internal.context_types import TrainContext
-from trainkit._internal.worker import Worker
+from trainkit._internal.worker.actor import Worker
+from trainkit._internal.worker.context_types import TrainContext
 from trainkit.backend import Rendezvous, WorkerInfo
 from trainkit.config import ScalingConfig
 from trainkit.errors import PlacementError

@@ -11,7 +11,7 @@ import shutil
 import tempfile
 from typing import IO
 
-from trainkit._internal import storage as storage_mod
+from trainkit._internal.storage import run_storage as storage_mod
 
 LOGS = "logs"
 

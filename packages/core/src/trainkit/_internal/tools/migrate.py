@@ -13,7 +13,7 @@ import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainkit._internal.migrate_rules import MODULES, trainkit_module, trainkit_name
+from trainkit._internal.tools.migrate_rules import MODULES, trainkit_module, trainkit_name
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainkit._internal.storage import FileEntry
+from trainkit._internal.storage.run_storage import FileEntry
 
 
 @dataclass

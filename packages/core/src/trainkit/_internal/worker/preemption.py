@@ -17,7 +17,7 @@ import os
 import time
 from typing import Any
 
-from trainkit._internal.context_types import PreemptionInfo
+from trainkit._internal.worker.context_types import PreemptionInfo
 from trainkit.errors import PreemptionError
 
 logger = logging.getLogger("trainkit")

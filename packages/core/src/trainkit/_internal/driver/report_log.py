@@ -9,20 +9,21 @@ import logging
 import time
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from trainkit._internal import faults, signals
-from trainkit._internal import storage as storage_mod
+from trainkit._internal import faults
 from trainkit._internal.display import Display
-from trainkit._internal.events import Report
-from trainkit._internal.metrics_log import MetricsLog
-from trainkit._internal.run_state import CheckpointRecord, RunState
-from trainkit._internal.storage import FileEntry, RunStorage
-from trainkit._internal.validation import Validator
+from trainkit._internal.driver import signals
+from trainkit._internal.driver.validation import Validator
+from trainkit._internal.storage import run_storage as storage_mod
+from trainkit._internal.storage.metrics_log import MetricsLog
+from trainkit._internal.storage.run_state import CheckpointRecord, RunState
+from trainkit._internal.storage.run_storage import FileEntry, RunStorage
+from trainkit._internal.worker.events import Report
 from trainkit.checkpoint import Checkpoint
 from trainkit.config import CheckpointConfig
 from trainkit.errors import CheckpointCorruptError, StorageError
 
 if TYPE_CHECKING:
-    from trainkit._internal.session import Session
+    from trainkit._internal.worker.session import Session
 
 logger = logging.getLogger("trainkit")
 

@@ -10,10 +10,10 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-from trainkit._internal import storage as storage_mod
-from trainkit._internal import strict_json
-from trainkit._internal.metrics_log import read_last_report
-from trainkit._internal.untrusted import stored_name
+from trainkit._internal.storage import run_storage as storage_mod
+from trainkit._internal.storage import strict_json
+from trainkit._internal.storage.metrics_log import read_last_report
+from trainkit._internal.storage.untrusted import stored_name
 from trainkit.config import CheckpointConfig
 from trainkit.errors import NotRegularFileError
 
@@ -47,7 +47,7 @@ def _driver_gone(fs: "pafs.FileSystem", run_path: str) -> str | None:
     """Why the run's driver counts as gone, if it does: its lease's (the run lock's) heartbeat is
     older than ``lock.STALE_S``, or the lease is gone (a driver that ends releases it only after
     its last state write)."""
-    from trainkit._internal import lock
+    from trainkit._internal.storage import lock
 
     try:
         with storage_mod.open_input(fs, posixpath.join(run_path, lock.LOCK)) as f:

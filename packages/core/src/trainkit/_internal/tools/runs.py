@@ -8,11 +8,10 @@ import posixpath
 import re
 from typing import Any
 
-from trainkit._internal import storage as storage_mod
-from trainkit._internal.metrics_log import read_metrics_log
-from trainkit._internal.run_state import START_PHASES, RunState, is_score
+from trainkit._internal.storage import run_storage as storage_mod
+from trainkit._internal.storage.metrics_log import read_metrics_log
+from trainkit._internal.storage.run_state import START_PHASES, RunState, is_score
 from trainkit.config import CheckpointConfig
-
 
 # names where lower is better: losses, errors, distances, perplexity, durations
 _LOWER_IS_BETTER = re.compile(r"loss|err|mse|mae|rmse|mape|perplexity|ppl|wer|cer|regret|latency|time|(^|_)s$|seconds",

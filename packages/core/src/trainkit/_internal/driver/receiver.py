@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any, NamedTuple, Sequence
 
-from trainkit._internal.events import Finished
+from trainkit._internal.worker.events import Finished
 
 WAKE_S = 0.05  # how soon the thread sees stop() or a queue the driver emptied
 BATCHES_PER_RANK = 4  # queued and not yet handled, before the polls stop

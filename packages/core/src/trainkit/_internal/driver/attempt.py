@@ -13,22 +13,22 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from trainkit._internal.debug_relay import DebugRelay
 from trainkit._internal.display import Display
-from trainkit._internal.events import Failed, Finished, Output, Preempted, Report
-from trainkit._internal.failure_policy import Outcome
-from trainkit._internal.ingest import datasets_per_rank
-from trainkit._internal.preemption import PreemptionWatch, died_of_preemption
-from trainkit._internal.progress import ProgressWatch
-from trainkit._internal.receiver import EventReceiver, Received
-from trainkit._internal.report_log import ReportLog
-from trainkit._internal.run_logs import LOGS, RunLogs
-from trainkit._internal.run_state import RunState, start_profile
-from trainkit._internal.session import SALVAGE_S, Session, set_session
-from trainkit._internal.worker import call_train_fn, failure_event
+from trainkit._internal.driver.debug_relay import DebugRelay
+from trainkit._internal.driver.failure_policy import Outcome
+from trainkit._internal.driver.progress import ProgressWatch
+from trainkit._internal.driver.receiver import EventReceiver, Received
+from trainkit._internal.driver.report_log import ReportLog
+from trainkit._internal.storage.run_logs import LOGS, RunLogs
+from trainkit._internal.storage.run_state import RunState, start_profile
+from trainkit._internal.worker.actor import call_train_fn, failure_event
+from trainkit._internal.worker.context_types import PreemptionInfo, TrainContext
+from trainkit._internal.worker.events import Failed, Finished, Output, Preempted, Report
+from trainkit._internal.worker.ingest import datasets_per_rank
+from trainkit._internal.worker.preemption import PreemptionWatch, died_of_preemption
+from trainkit._internal.worker.session import SALVAGE_S, Session, set_session
 from trainkit.backend import BackendConfig
 from trainkit.config import FailureConfig, ScalingConfig
-from trainkit._internal.context_types import PreemptionInfo, TrainContext
 from trainkit.errors import ControllerError, PlacementError, PreemptionError, TrainingFailedError, WorkerGroupError
 
 POLL_S = 2.0  # a worker answers a poll at least this often (heartbeat)
@@ -113,7 +113,8 @@ class AttemptRunner:
     def _start_group(self, size: int | None) -> Any:
         """The attempt's worker group: ``max_workers``, or for an elastic run the most that fit
         (``size`` first when given), at least ``min_workers``, smaller while placement times out."""
-        from trainkit._internal import elastic, worker_group
+        from trainkit._internal.driver import elastic
+        from trainkit._internal.worker import worker_group
 
         scaling = self.scaling
         start = functools.partial(worker_group.WorkerGroup.start, scaling, run_name=self.storage.name,
@@ -246,7 +247,7 @@ class AttemptRunner:
                     outcome.error = outcome.worker_errors[stuck.rank] = stuck
                 self.reports.save_state_if_due()
                 if can_grow and running and now >= next_check and outcome.error is None:
-                    from trainkit._internal.elastic import workers_that_fit
+                    from trainkit._internal.driver.elastic import workers_that_fit
 
                     next_check = now + self.scaling.elastic_resize_monitor_interval_s
                     if extra := workers_that_fit(self.scaling.worker_resources):

@@ -21,7 +21,7 @@ import threading
 from multiprocessing.connection import AuthenticationError, Connection, answer_challenge, deliver_challenge, wait
 from typing import Any, Iterator
 
-from trainkit._internal.debugger import ADDRESS_ENV, HOOK, KEY_ENV, RAYS_HOOKS, RankPdb, warn_no_terminal
+from trainkit._internal.worker.debugger import ADDRESS_ENV, HOOK, KEY_ENV, RAYS_HOOKS, RankPdb, warn_no_terminal
 
 
 def users_hook() -> str | None:

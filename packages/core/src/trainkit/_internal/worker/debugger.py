@@ -22,7 +22,7 @@ import sys
 from multiprocessing.connection import AuthenticationError, Connection, answer_challenge, deliver_challenge
 from typing import Any
 
-HOOK = "trainkit._internal.debugger.breakpoint_hook"
+HOOK = "trainkit._internal.worker.debugger.breakpoint_hook"
 ADDRESS_ENV = "TRAINKIT_DEBUG_ADDRESS"  # host:port of the driver's relay; empty: the driver has no terminal
 KEY_ENV = "TRAINKIT_DEBUG_KEY"  # the relay's authentication key, hex
 RAYS_HOOKS = ("ray.util.rpdb.set_trace", "ray.util.rpdb._driver_set_trace")  # what ray.init() sets

@@ -40,12 +40,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from trainkit._internal import faults, strict_json
+from trainkit._internal import faults
 from trainkit._internal.interface import field_label
 from trainkit._internal.naming import validate_name
 from trainkit._internal.redact import redact
-from trainkit._internal.retry import with_retries
-from trainkit._internal.untrusted import describe, open_regular, stored_name, stored_relpath
+from trainkit._internal.storage import strict_json
+from trainkit._internal.storage.retry import with_retries
+from trainkit._internal.storage.untrusted import describe, open_regular, stored_name, stored_relpath
 from trainkit.errors import CheckpointCorruptError, LinkInCheckpointError, NotRegularFileError
 
 if TYPE_CHECKING:

@@ -10,23 +10,23 @@ import sys
 import time
 from typing import Any, Callable
 
-from trainkit._internal import storage as storage_mod
-from trainkit._internal.attempt import AttemptResult, AttemptRunner
-from trainkit._internal.debug_relay import DebugRelay, ray_init_keeps_breakpoints, users_hook
+from trainkit._internal.cluster.reservation import check_enclosing_reservation
 from trainkit._internal.display import Display
-from trainkit._internal.failure_policy import Decision, FailurePolicy, Outcome
-from trainkit._internal.lock import RunLock
-from trainkit._internal.metrics_log import MetricsLog, read_metrics_log
+from trainkit._internal.driver.attempt import AttemptResult, AttemptRunner
+from trainkit._internal.driver.debug_relay import DebugRelay, ray_init_keeps_breakpoints, users_hook
+from trainkit._internal.driver.failure_policy import Decision, FailurePolicy, Outcome
+from trainkit._internal.driver.report_log import ReportLog
+from trainkit._internal.driver.signals import Interrupted, StopSignals
+from trainkit._internal.driver.signals import describe as describe_signal
+from trainkit._internal.driver.signals import settle as settle_commits
+from trainkit._internal.driver.validation import Validator
 from trainkit._internal.plugins import get_plugins
-from trainkit._internal.report_log import ReportLog
-from trainkit._internal.reservation import check_enclosing_reservation
-from trainkit._internal.run_logs import RunLogs
-from trainkit._internal.run_state import RunState
-from trainkit._internal.signals import Interrupted, StopSignals
-from trainkit._internal.signals import describe as describe_signal
-from trainkit._internal.signals import settle as settle_commits
-from trainkit._internal.storage import RunStorage
-from trainkit._internal.validation import Validator
+from trainkit._internal.storage import run_storage as storage_mod
+from trainkit._internal.storage.lock import RunLock
+from trainkit._internal.storage.metrics_log import MetricsLog, read_metrics_log
+from trainkit._internal.storage.run_logs import RunLogs
+from trainkit._internal.storage.run_state import RunState
+from trainkit._internal.storage.run_storage import RunStorage
 from trainkit.backend import BackendConfig
 from trainkit.callbacks import RunContext
 from trainkit.checkpoint import Checkpoint
@@ -77,7 +77,7 @@ class Controller:
             try:
                 breakpoints = users_hook()
                 if not self.scaling.local_mode:
-                    from trainkit._internal.ray_runtime import check_can_ever_place, ensure_ray
+                    from trainkit._internal.cluster.ray_runtime import check_can_ever_place, ensure_ray
 
                     begin = time.monotonic()
                     with ray_init_keeps_breakpoints():

@@ -18,15 +18,14 @@ import time
 import traceback
 from typing import Any, Callable
 
-from trainkit._internal import preemption
-from trainkit._internal.events import Failed, Finished, Preempted
-from trainkit._internal.rank_output import RankOutput
-from trainkit._internal.context_types import TrainContext
-from trainkit._internal.session import SALVAGE_S, Session, set_session, set_worker_context
-from trainkit._internal.storage import RunStorage
+from trainkit._internal.storage.run_storage import RunStorage
+from trainkit._internal.worker import preemption
+from trainkit._internal.worker.context_types import TrainContext
+from trainkit._internal.worker.events import Failed, Finished, Preempted
+from trainkit._internal.worker.rank_output import RankOutput
+from trainkit._internal.worker.session import SALVAGE_S, Session, set_session, set_worker_context
 from trainkit.backend import BackendConfig
 from trainkit.checkpoint import Checkpoint
-
 
 POLL_EVENTS = 1000
 

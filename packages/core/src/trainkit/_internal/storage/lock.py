@@ -25,9 +25,9 @@ from typing import Any
 
 from trainkit._internal.display import warn
 from trainkit._internal.interface import setting
-from trainkit._internal.retry import with_retries
-from trainkit._internal.storage import RunStorage, is_local
-from trainkit._internal.untrusted import stored_token
+from trainkit._internal.storage.retry import with_retries
+from trainkit._internal.storage.run_storage import RunStorage, is_local
+from trainkit._internal.storage.untrusted import stored_token
 from trainkit.errors import RunLockedError, StorageError
 
 LOCK = ".lock"

@@ -1,0 +1,1 @@
+"""What the commands run: ``trainkit launch`` (its backend and its command line), ``migrate``, ``runs``."""
