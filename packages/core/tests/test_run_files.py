@@ -8,10 +8,12 @@ import os
 import subprocess
 import sys
 
+import pyarrow.fs as pafs
 import pytest
 import trainkit
 from trainkit import CheckpointConfig, FailureConfig, ScalingConfig
 from trainkit.testing import subprocesses
+from trainkit.testing.faultfs import FaultyHandler
 from trainkit.testing.steps import report_step, resume_step
 
 
@@ -187,3 +189,39 @@ def test_show_of_a_missing_run_points_to_runs_and_plot_says_no_restarts(tmp_path
     code, out, err = cli("plot", str(tmp_path / "plain"), "--metric", "loss", "-o", str(tmp_path / "loss.png"))
     assert code == 0, err
     assert out.strip().endswith("4 checkpoints (0 deleted), no restarts") and "none" not in out
+
+
+class ManifestReads(FaultyHandler):
+    """The local disk, counting reads of each checkpoint's manifest."""
+
+    def __init__(self):
+        super().__init__(write_errors=[])
+        self.reads: dict[str, int] = {}
+
+    def open_input_stream(self, path):
+        folder, name = path.split("/")[-2:]
+        if name == ".manifest.json" and folder.startswith("checkpoint_"):
+            self.reads[folder] = self.reads.get(folder, 0) + 1
+        return super().open_input_stream(path)
+
+
+@pytest.mark.filterwarnings("ignore:PyFileSystem has no atomic create-if-absent")  # the lock's, on this stand-in
+def test_a_resumed_run_reads_each_manifest_once_to_sweep_and_once_to_reconcile(tmp_path):
+    """At the start, a resumed run sweeps its directory once (on an object store: a listing and
+    every manifest read): RunState.recover sweeps, and the first attempt does not sweep again."""
+    handler = ManifestReads()
+    filesystem = pafs.PyFileSystem(handler)
+
+    def run(fn):
+        return trainkit.DataParallelTrainer(
+            fn, scaling_config=ScalingConfig(num_workers=0),
+            run_config=trainkit.RunConfig(name="resumed", storage_path=str(tmp_path), storage_filesystem=filesystem,
+                                          verbose=0)).fit()
+
+    run(lambda config: [report_step(step, {"step": step}) for step in range(3)])
+    handler.reads.clear()
+    at_start = {}
+    run(lambda config: at_start.update(handler.reads))
+    assert sorted(at_start) == ["checkpoint_000000", "checkpoint_000001", "checkpoint_000002"]
+    # one sweep and one reconciliation each; the checkpoint resumed from is verified once more
+    assert at_start == {"checkpoint_000000": 2, "checkpoint_000001": 2, "checkpoint_000002": 3}, at_start

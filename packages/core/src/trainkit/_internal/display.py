@@ -23,6 +23,8 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from trainkit.errors import TrainkitWarning
+
 if TYPE_CHECKING:  # rich is imported where a display draws: workers import this module for warn()
     from rich.console import Console
     from rich.live import Live
@@ -41,8 +43,6 @@ def log(level: int, message: str) -> None:
 
 def warn(message: str, stacklevel: int = 2) -> None:
     """A ``TrainkitWarning`` (a ``RuntimeWarning``), also logged."""
-    from trainkit.errors import TrainkitWarning  # trainkit.errors imports modules that warn
-
     warnings.warn(message, TrainkitWarning, stacklevel=stacklevel + 1)
     log(logging.WARNING, message)
 

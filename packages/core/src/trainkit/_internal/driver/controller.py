@@ -140,7 +140,7 @@ class Controller:
         self.state = state
         self.reports = ReportLog(state, storage, self.display, self.metrics_log, self.run_config.checkpoint_config,
                                  self.validator, self._after_report)
-        self.reports.select_resume_checkpoint()
+        self.reports.select_resume_checkpoint(sweep=False)  # RunState.recover swept: once per start
         if before is not None:  # a re-run of this name: say where it goes on from, in one line
             self.display.note(f"resuming run {storage.name!r} ({before} before) from "
                               f"{state.latest_checkpoint or 'scratch (no checkpoint)'}, at report "

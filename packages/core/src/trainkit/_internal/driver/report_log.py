@@ -83,10 +83,13 @@ class ReportLog:
         name = self.state.latest_checkpoint
         return Checkpoint(self.storage.path(name), self.storage.fs) if name else None
 
-    def select_resume_checkpoint(self) -> None:
-        """Resume from the newest committed checkpoint whose files match its manifest."""
+    def select_resume_checkpoint(self, sweep: bool = True) -> None:
+        """Resume from the newest committed checkpoint whose files match its manifest, after
+        sweeping what the last attempt left (``sweep=False``: the run's start, just swept by
+        ``RunState.recover``; on an object store each sweep lists the run and reads every manifest)."""
         state, storage = self.state, self.storage
-        storage.sweep(c.name for c in state.checkpoints)
+        if sweep:
+            storage.sweep(c.name for c in state.checkpoints)
         for record in sorted(state.checkpoints, key=lambda c: c.index, reverse=True):
             try:
                 storage_mod.verify_checkpoint(storage.fs, storage.path(record.name))
