@@ -26,7 +26,7 @@ from typing import Any
 from trainkit._internal.display import warn
 from trainkit._internal.interface import setting
 from trainkit._internal.storage.retry import with_retries
-from trainkit._internal.storage.run_storage import RunStorage, is_local
+from trainkit._internal.storage.run_storage import RunStorage
 from trainkit._internal.storage.untrusted import stored_token
 from trainkit.errors import RunLockedError, StorageError
 
@@ -105,10 +105,9 @@ def _s3_client(fs: Any) -> Any:
 
 def create_exclusive(storage: RunStorage, name: str, data: bytes) -> bool:
     """Create ``name`` holding ``data`` unless it exists, atomically; return whether this call created it."""
-    import pyarrow.fs as pafs
-
     target = storage.path(name)
-    if is_local(storage.fs):
+    how = storage.capabilities.exclusive_create
+    if how == "link":
         tmp = f"{target}.{uuid.uuid4().hex}.tmp"
 
         def link() -> bool:
@@ -123,7 +122,7 @@ def create_exclusive(storage: RunStorage, name: str, data: bytes) -> bool:
                 os.unlink(tmp)
 
         return with_retries("create", target, link)
-    client = _s3_client(storage.fs) if isinstance(storage.fs, pafs.S3FileSystem) else None
+    client = _s3_client(storage.fs) if how == "if_none_match" else None
     if client is not None:
         from botocore.exceptions import ClientError
 
@@ -146,7 +145,7 @@ def create_exclusive(storage: RunStorage, name: str, data: bytes) -> bool:
     if not _warned_not_exclusive:
         _warned_not_exclusive = True
         warn(f"{type(storage.fs).__name__} has no atomic create-if-absent trainkit can use"
-             f"{' (pip install boto3 for S3)' if isinstance(storage.fs, pafs.S3FileSystem) else ''}: "
+             f"{' (pip install boto3 for S3)' if how == 'if_none_match' else ''}: "
              "two drivers starting the same run in the same instant may both take its lock", stacklevel=3)
     if storage.exists(name):
         return False

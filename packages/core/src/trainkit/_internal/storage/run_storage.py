@@ -45,6 +45,7 @@ from trainkit._internal.interface import field_label
 from trainkit._internal.naming import validate_name
 from trainkit._internal.redact import redact
 from trainkit._internal.storage import strict_json
+from trainkit._internal.storage.capabilities import capabilities
 from trainkit._internal.storage.retry import with_retries
 from trainkit._internal.storage.untrusted import describe, open_regular, stored_name, stored_relpath
 from trainkit.errors import CheckpointCorruptError, LinkInCheckpointError, NotRegularFileError
@@ -82,12 +83,6 @@ def resolve_filesystem(path: str, filesystem: "pafs.FileSystem | None" = None) -
         raise ValueError(f"{field_label('storage_path')}={redact(path)!r} is invalid: {redact(str(exc))}") from None
 
 
-def is_local(fs: "pafs.FileSystem") -> bool:
-    import pyarrow.fs as pafs
-
-    return isinstance(fs, pafs.LocalFileSystem)
-
-
 def _exists(fs: "pafs.FileSystem", path: str) -> bool:
     import pyarrow.fs as pafs
 
@@ -104,7 +99,7 @@ class FileEntry:
 def open_input(fs: "pafs.FileSystem", path: str) -> Any:
     """A stream of the stored file ``path``: on a local disk only a regular file, opened so that a
     FIFO or device never blocks the reader (``NotRegularFileError`` instead)."""
-    return open_regular(path) if is_local(fs) else fs.open_input_stream(path)
+    return open_regular(path) if capabilities(fs).local_paths else fs.open_input_stream(path)
 
 
 def list_dir(fs: "pafs.FileSystem", path: str, recursive: bool = False, top_may_link: bool = False) -> list:
@@ -114,7 +109,7 @@ def list_dir(fs: "pafs.FileSystem", path: str, recursive: bool = False, top_may_
     naming it and its target, and leaves it alone."""
     import pyarrow.fs as pafs
 
-    local = is_local(fs)
+    local = capabilities(fs).local_paths
     if local and not top_may_link and os.path.islink(path):
         _warn_link(path)
         return []
@@ -264,7 +259,7 @@ def download_dir(fs: "pafs.FileSystem", src: str, local_dir: str, fresh: bool = 
     existed = None if fresh else _local_tree(local_dir)
     try:
         os.makedirs(local_dir, exist_ok=True)
-        if is_local(fs):
+        if capabilities(fs).local_paths:
             shutil.copytree(src, local_dir, dirs_exist_ok=True, ignore=_not_regular)
         else:  # the files the manifest commits (an in-place upload's attempt folder), and the manifest
             local, root = pafs.LocalFileSystem(), files_root(fs, src)
@@ -373,7 +368,7 @@ def verify_checkpoint(fs: "pafs.FileSystem", checkpoint_path: str) -> dict[str, 
     for rel, expected in manifest["files"].items():
         path = posixpath.join(root, rel)
         try:
-            if not is_local(fs) and fs.get_file_info(path).type == _file_type().Directory:
+            if not capabilities(fs).local_paths and fs.get_file_info(path).type == _file_type().Directory:
                 raise NotRegularFileError(f"{path} is a directory, not a regular file")
             actual = _sha256(fs, path)
             size = fs.get_file_info(path).size
@@ -400,6 +395,7 @@ class RunStorage:
         self.name = name
         self.fs, self.root = resolve_filesystem(storage_path or default_storage_path(), filesystem)
         self.run_path = posixpath.join(self.root.rstrip("/"), name)
+        self.capabilities = capabilities(self.fs)  # what the run may rely on there: decided once
         # Directories in the run directory after the last sweep (None: not swept yet), travelling
         # with this object to the workers: where an upload in place must not go.
         self.swept_dirs: frozenset[str] | None = None
@@ -418,10 +414,6 @@ class RunStorage:
     def __repr__(self) -> str:
         return f"RunStorage({redact(self.run_path)!r})"
 
-    @property
-    def renames_atomically(self) -> bool:
-        return is_local(self.fs)
-
     # -- paths ---------------------------------------------------------------------------------
     def path(self, *parts: str) -> str:
         return posixpath.join(self.run_path, *parts)
@@ -439,7 +431,7 @@ class RunStorage:
         find and that no earlier report of this attempt took (``reused``). The manifest, written
         last by the commit, makes it one and names the folder: another attempt's ranks, late, write
         only into folders of their own (the fence)."""
-        if (self.renames_atomically or reused or self.swept_dirs is None or checkpoint_name in self.swept_dirs
+        if (self.capabilities.local_paths or reused or self.swept_dirs is None or checkpoint_name in self.swept_dirs
                 or not _CHECKPOINT_DIR.fullmatch(checkpoint_name)):
             return self.tmp_checkpoint_path(checkpoint_name, attempt, index)
         return self.path(checkpoint_name, f".attempt-{attempt}-{self.driver_id}")
@@ -448,7 +440,7 @@ class RunStorage:
     def preflight(self) -> None:
         """Create the run directory and prove it writable and readable, before any worker starts."""
         probe = self.path(f"{TMP_PREFIX}probe-{uuid.uuid4().hex}")
-        if is_local(self.fs) and os.path.lexists(self.run_path):
+        if self.capabilities.local_paths and os.path.lexists(self.run_path):
             real_root, real_run = os.path.realpath(self.root), os.path.realpath(self.run_path)
             if os.path.dirname(real_run) != real_root:
                 raise ValueError(f"run directory {self.run_path} resolves to {real_run}, outside the storage "
@@ -498,7 +490,7 @@ class RunStorage:
         data = strict_json.dumps(obj, indent=1, sort_keys=True).encode()
         final, prev = self.path(name), self.path(f"{name}.prev")
         tmp = self.path(f"{TMP_PREFIX}{name}.{os.getpid()}.{threading.get_ident()}")  # one per writer
-        if is_local(self.fs):
+        if self.capabilities.local_paths:
             def write_local() -> None:
                 with open(tmp, "wb") as f:
                     f.write(data)
@@ -553,7 +545,7 @@ class RunStorage:
 
     def _install(self, tmp_path: str, final: str, manifest: str) -> None:
         """Put the whole checkpoint in ``tmp_path`` (manifest included) at ``final``."""
-        if self.renames_atomically:
+        if self.capabilities.local_paths:
             replaced = f"{tmp_path}-replaced"
             if _exists(self.fs, final):  # a name reported again, or an orphan of a crash: swap, then drop
                 with_retries("rename", replaced, lambda: self.fs.move(final, replaced))
@@ -593,7 +585,7 @@ class RunStorage:
 
     def delete_dir(self, path: str) -> None:
         self.check_fence()
-        if not self.renames_atomically:  # subfolders first: SeaweedFS keeps a folder whose subfolder
+        if not self.capabilities.local_paths:  # subfolders first: SeaweedFS keeps a folder whose subfolder
             for info in self._list(path):  # went with it in one delete_dir, listed but undeletable
                 if info.type == _file_type().Directory:
                     self.delete_dir(info.path)
@@ -685,13 +677,13 @@ class RunStorage:
         from trainkit._internal.display import warn
 
         folder = self.path(QUARANTINE)
-        if is_local(self.fs) and os.path.lexists(folder) and (os.path.islink(folder) or not os.path.isdir(folder)):
+        if self.capabilities.local_paths and os.path.lexists(folder) and (os.path.islink(folder) or not os.path.isdir(folder)):
             kind = f"a symbolic link (to {os.readlink(folder)})" if os.path.islink(folder) else "not a directory"
             warn(f"{folder} is {kind}; {path} (its {MANIFEST} is damaged) stays where it is, and nothing is "
                  "moved through it")
             return None
         dest = posixpath.join(folder, f"{posixpath.basename(path)}-{uuid.uuid4().hex[:8]}")
-        if self.renames_atomically:
+        if self.capabilities.local_paths:
             with_retries("create", dest, lambda: self.fs.create_dir(posixpath.dirname(dest), recursive=True))
             with_retries("rename", dest, lambda: self.fs.move(path, dest))
         else:
