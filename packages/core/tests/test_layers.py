@@ -28,3 +28,13 @@ def test_core_has_no_import_cycle():
             if imported != module and graph.chain_exists(imported, module):
                 cycles.append([module, *graph.find_shortest_chain(imported, module)])
     assert not cycles, "import cycles in core:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
+def test_only_the_worker_group_calls_worker_actors():
+    """As in Ray Train v2: the driver reaches its ranks through ``WorkerGroup`` (``call``,
+    ``call_each``, ``execute``), the one place that can account for a rank's death."""
+    source = CORE / "src" / "trainkit"
+    callers = [f"{path.relative_to(source)}:{number}" for path in sorted(source.rglob("*.py"))
+               if path.name != "worker_group.py"
+               for number, line in enumerate(path.read_text().splitlines(), 1) if ".actor." in line and ".remote(" in line]
+    assert not callers, f"worker actors called outside worker/worker_group.py: {callers}"

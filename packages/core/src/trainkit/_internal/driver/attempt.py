@@ -157,9 +157,9 @@ class AttemptRunner:
 
             shards = datasets_per_rank(self.datasets, [w.node_id for w in group.workers])
             pickled_fn = ray.cloudpickle.dumps(self.train_fn)  # unpickled on the workers after their prewarm
-            import_s = ray.get([w.actor.start.remote(pickled_fn, self.train_loop_config, self.backend_config,
-                                                     self.storage, self.state.next_report_index,
-                                                     self.reports.latest_checkpoint(), shards[w.world_rank])
+            import_s = ray.get([group.call(w.world_rank, "start", pickled_fn, self.train_loop_config,
+                                           self.backend_config, self.storage, self.state.next_report_index,
+                                           self.reports.latest_checkpoint(), shards[w.world_rank])
                                 for w in group.workers])
             marks["launch"] = time.monotonic()
             self._start_marks, self._import_s = marks, [s for s in import_s if s is not None]
@@ -209,7 +209,7 @@ class AttemptRunner:
         timeout_s = self.failure_config.worker_timeout_s
         running = {w.world_rank for w in group.workers}
         progress = ProgressWatch(self.failure_config.progress_timeout_s)
-        receiver = EventReceiver(group.workers, poll_s=min(POLL_S, timeout_s / 2))
+        receiver = EventReceiver(group, poll_s=min(POLL_S, timeout_s / 2))
         unhandled: list[Received] = []
         can_grow = self.scaling.elastic and len(group) < self.scaling.max_workers
         next_check = time.monotonic() + self.scaling.elastic_resize_monitor_interval_s
@@ -236,14 +236,14 @@ class AttemptRunner:
                 # a rank in the debugger, and its peers waiting for it, are neither hung nor stuck
                 debugged = self.debug_relay is not None and self.debug_relay.debugged()
                 if debugged:
-                    progress.restart(group.workers, running)
+                    progress.restart(group, running)
                 hung = sorted(r for r, seconds in receiver.silent().items() if r in running and seconds > timeout_s)
                 if hung and outcome.error is None and not debugged:
                     message = (f"rank(s) {hung} stopped responding for more than {timeout_s:g} s "
                                "(FailureConfig.worker_timeout_s)")
                     outcome.error = WorkerGroupError(message, {r: TimeoutError(message) for r in hung},
                                                      rank=hung[0], error_type="WorkerHung")
-                if outcome.error is None and not debugged and (stuck := progress.check(group.workers, running)):
+                if outcome.error is None and not debugged and (stuck := progress.check(group, running)):
                     outcome.error = outcome.worker_errors[stuck.rank] = stuck
                 self.reports.save_state_if_due()
                 if can_grow and running and now >= next_check and outcome.error is None:
@@ -296,8 +296,7 @@ class AttemptRunner:
     def _on_preemption(self, group: Any, info: PreemptionInfo) -> None:
         """A new or wider preemption notice: every rank gets it (``get_preemption_info()``); with
         ``relax_collectives_on_preemption`` reports stop waiting for the preempted ranks."""
-        for w in group.workers:
-            w.actor.mark_preempted.remote(info)  # a rank that died meanwhile needs none
+        group.call_each("mark_preempted", info)  # a rank that died meanwhile needs none
         survivors = set(range(len(group))) - set(info.preempted_ranks)
         relaxed = self.failure_config.relax_collectives_on_preemption and 0 in survivors
         if relaxed:
@@ -333,7 +332,7 @@ class AttemptRunner:
         """Tell the ranks which reports committed, at once (a rank waiting in
         ``get_all_reported_checkpoints()`` has no event that would bring its next poll back sooner)."""
         for rank, acks in self.reports.take_acks():
-            group.workers[rank].actor.acknowledge.remote(acks)  # a rank that died meanwhile needs none
+            group.call(rank, "acknowledge", acks)  # a rank that died meanwhile needs none
 
     def _died(self, rank: int, exc: BaseException, node_id: str) -> WorkerGroupError:
         """A rank's process is gone: its node was lost (Ray's node table says why), or it was killed
@@ -354,9 +353,7 @@ class AttemptRunner:
         import ray
 
         pending = {ref: rank for ref, rank in outstanding.items() if rank != failed}
-        for w in group.workers:
-            if w.world_rank != failed:
-                pending[w.actor.poll.remote(0)] = w.world_rank
+        pending.update(group.call_each("poll", 0, ranks=[rank for rank in range(len(group)) if rank != failed]))
         ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.25)
         for ref in ready:
             try:

@@ -59,22 +59,21 @@ class ProgressWatch:
         self.timeout_s = timeout_s
         self._next = time.monotonic() + (timeout_s or 0)  # no rank can be stuck before that
 
-    def restart(self, workers: list[Any], running: set[int]) -> None:
+    def restart(self, group: Any, running: set[int]) -> None:
         """The ranks' clocks stood still for a reason (a debugger session held them): they start
         over, as at the attempt's start."""
         if self.timeout_s is not None:
             self._next = time.monotonic() + self.timeout_s
-            for rank in running:
-                workers[rank].actor.restart_progress.remote()
+            group.call_each("restart_progress", ranks=running)
 
-    def check(self, workers: list[Any], running: set[int]) -> WorkerGroupError | None:
+    def check(self, group: Any, running: set[int]) -> WorkerGroupError | None:
         import ray
 
         now = time.monotonic()
         if self.timeout_s is None or now < self._next:
             return None
         self._next = now + min(CHECK_EVERY_S, self.timeout_s / 4)
-        refs = {workers[rank].actor.progress.remote(self.timeout_s): rank for rank in sorted(running)}
+        refs = group.call_each("progress", self.timeout_s, ranks=sorted(running))
         ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=ANSWER_S)
         stuck = {}
         for ref in ready:

@@ -29,13 +29,13 @@ class Received(NamedTuple):
 
 
 class EventReceiver:
-    def __init__(self, workers: list[Any], poll_s: float):
-        self._workers, self._poll_s = workers, poll_s
+    def __init__(self, group: Any, poll_s: float):
+        self._group, self._poll_s = group, poll_s
         self._queue: queue.SimpleQueue[Received] = queue.SimpleQueue()
-        self._most_queued = BATCHES_PER_RANK * len(workers)
+        self._most_queued = BATCHES_PER_RANK * len(group)
         self._outstanding: dict[Any, tuple[int, float]] = {}  # poll -> (rank, when it was sent)
         self._lock = threading.Lock()  # over _outstanding, which silent() reads
-        self._paused = list(range(len(workers)))  # ranks to poll (again) once the driver caught up
+        self._paused = list(range(len(group)))  # ranks to poll (again) once the driver caught up
         self._stopping = threading.Event()
         self._failure: BaseException | None = None  # what ended the thread early, raised by get()
         self._thread = threading.Thread(target=self._run, name="trainkit-receiver", daemon=True)
@@ -71,7 +71,7 @@ class EventReceiver:
             return {rank: now - asked for rank, asked in self._outstanding.values()}
 
     def _poll(self, rank: int) -> None:
-        ref = self._workers[rank].actor.poll.remote(self._poll_s)
+        ref = self._group.call(rank, "poll", self._poll_s)
         with self._lock:
             self._outstanding[ref] = (rank, time.monotonic())
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from trainkit._internal.cluster import net, tpu
 from trainkit._internal.cluster.reservation import reserved_bundles
@@ -120,6 +120,16 @@ class WorkerGroup:
 
     def __len__(self) -> int:
         return len(self.workers)
+
+    # -- the driver's calls to its ranks: no other module calls a worker actor --------------------
+    def call(self, rank: int, method: str, *args: Any) -> Any:
+        """``Worker.<method>(*args)`` on ``rank``'s actor, not waited for: its ``ObjectRef``."""
+        return getattr(self.workers[rank].actor, method).remote(*args)
+
+    def call_each(self, method: str, *args: Any, ranks: Iterable[int] | None = None) -> dict[Any, int]:
+        """``call`` on each of ``ranks`` (default: all): each ``ObjectRef`` to its rank."""
+        ranks = range(len(self.workers)) if ranks is None else ranks
+        return {self.call(rank, method, *args): rank for rank in ranks}
 
     def execute_async(self, fn: Callable, *args: Any, **kwargs: Any) -> list[Any]:
         return [w.actor.execute.remote(fn, *args, **kwargs) for w in self.workers]
