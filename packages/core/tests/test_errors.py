@@ -25,7 +25,7 @@ def raised_types() -> dict[str, str]:
 def test_every_error_class_in_trainkit_is_exported_by_trainkit_errors():
     missing = {name: where for name, where in raised_types().items() if name not in trainkit.errors.__all__}
     assert not missing, f"add these to trainkit.errors (and its docs table): {missing}"
-    for name in trainkit.errors.__all__:
+    for name in set(trainkit.errors.__all__) - {"FailureKind"}:
         assert issubclass(getattr(trainkit.errors, name), (Exception, Warning)), name
 
 
@@ -36,3 +36,16 @@ def test_old_import_paths_name_the_same_classes():
         assert getattr(trainkit.result, name) is getattr(trainkit.errors, name) is getattr(trainkit, name)
     assert TrainContext is trainkit.TrainContext is trainkit.context.TrainContext
     assert CheckpointUploadMode is trainkit.CheckpointUploadMode is trainkit.context.CheckpointUploadMode
+
+
+def test_the_failures_trainkit_names_are_an_enum_that_reads_as_its_string():
+    import json
+
+    from trainkit._internal.storage import strict_json
+    from trainkit.errors import FailureKind
+
+    assert FailureKind.WORKER_DIED == "WorkerDied" and str(FailureKind.WORKER_STUCK) == "WorkerStuck"
+    assert f"{FailureKind.PREEMPTED}" == "Preempted"  # messages, on every Python version
+    assert json.loads(strict_json.dumps({"type": FailureKind.WORKER_HUNG})) == {"type": "WorkerHung"}
+    info = trainkit.PreemptionInfo(deadline_ms=None, preempted_node_to_ranks={"node": [1]})
+    assert trainkit.errors.PreemptionError(info).error_type is FailureKind.PREEMPTED

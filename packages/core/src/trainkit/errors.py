@@ -16,11 +16,12 @@ Example::
 
 from __future__ import annotations
 
+import enum
 import signal
 from typing import Any
 
 __all__ = [
-    "CheckpointCorruptError", "ControllerError", "LinkInCheckpointError", "NotRegularFileError", "PlacementError",
+    "CheckpointCorruptError", "ControllerError", "FailureKind", "LinkInCheckpointError", "NotRegularFileError", "PlacementError",
     "PreemptionError", "RunLockedError", "ScriptExitError", "StorageError", "TrainingFailedError", "TrainkitWarning",
     "UnknownBackendError", "WorkerGroupError"]
 
@@ -28,6 +29,20 @@ __all__ = [
 class TrainkitWarning(RuntimeWarning):
     """The category of every warning trainkit issues (also logged to the ``"trainkit"`` logger).
     ``warnings.filterwarnings("error", category=trainkit.errors.TrainkitWarning)`` makes them errors."""
+
+
+class FailureKind(str, enum.Enum):
+    """``TrainingFailedError.error_type`` (and a failure's ``type`` in ``run_state.json``) when
+    trainkit, not the training function, names what failed; otherwise it is the exception's class
+    name (``"ValueError"``). A member equals its string: ``error.error_type == "WorkerDied"``."""
+
+    WORKER_DIED = "WorkerDied"  # a rank's process or node is gone
+    WORKER_HUNG = "WorkerHung"  # a rank stopped answering the driver (``worker_timeout_s``)
+    WORKER_STUCK = "WorkerStuck"  # a rank neither reported nor entered a collective (``progress_timeout_s``)
+    PREEMPTED = "Preempted"  # a drained node or a SIGTERM'd worker (``PreemptionError``)
+
+    def __str__(self) -> str:  # the name users read, on every Python (3.12 changed mixed-in enums' str)
+        return self.value
 
 
 class TrainingFailedError(RuntimeError):
@@ -79,7 +94,7 @@ class PreemptionError(TrainingFailedError):
     def __init__(self, preemption_info: Any, drain_timed_out: bool = False,
                  worker_failures: dict[int, BaseException] | None = None, **details: Any):
         ranks = preemption_info.preempted_ranks
-        details.setdefault("error_type", "Preempted")
+        details.setdefault("error_type", FailureKind.PREEMPTED)
         details.setdefault("rank", ranks[0] if ranks else None)
         super().__init__(f"Training was interrupted by node preemption (preempted_ranks={ranks}, "
                          f"drain_timed_out={drain_timed_out})", **details)

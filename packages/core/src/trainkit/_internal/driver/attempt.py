@@ -29,7 +29,8 @@ from trainkit._internal.worker.preemption import PreemptionWatch, died_of_preemp
 from trainkit._internal.worker.session import SALVAGE_S, Session, set_session
 from trainkit.backend import BackendConfig
 from trainkit.config import FailureConfig, ScalingConfig
-from trainkit.errors import ControllerError, PlacementError, PreemptionError, TrainingFailedError, WorkerGroupError
+from trainkit.errors import (ControllerError, FailureKind, PlacementError, PreemptionError, TrainingFailedError,
+                             WorkerGroupError)
 
 POLL_S = 2.0  # a worker answers a poll at least this often (heartbeat)
 ELASTIC_PLACEMENT_S = 10.0  # an elastic start waits this long for more than min_workers, then tries fewer
@@ -242,7 +243,7 @@ class AttemptRunner:
                     message = (f"rank(s) {hung} stopped responding for more than {timeout_s:g} s "
                                "(FailureConfig.worker_timeout_s)")
                     outcome.error = WorkerGroupError(message, {r: TimeoutError(message) for r in hung},
-                                                     rank=hung[0], error_type="WorkerHung")
+                                                     rank=hung[0], error_type=FailureKind.WORKER_HUNG)
                 if outcome.error is None and not debugged and (stuck := progress.check(group, running)):
                     outcome.error = outcome.worker_errors[stuck.rank] = stuck
                 self.reports.save_state_if_due()
@@ -344,7 +345,7 @@ class AttemptRunner:
                f"died: its worker process exited unexpectedly ({type(exc).__name__}; killed by the system, e.g. "
                "out of memory, or by a signal)")
         return WorkerGroupError(f"rank {rank} {why}\n\nLast output of rank {rank} (all of it: {log}):\n{tail}",
-                                {rank: exc}, rank=rank, error_type="WorkerDied")
+                                {rank: exc}, rank=rank, error_type=FailureKind.WORKER_DIED)
 
     def _salvage_reports(self, group: Any, received: list[Received], outstanding: dict[Any, int],
                          failed: int | None) -> None:

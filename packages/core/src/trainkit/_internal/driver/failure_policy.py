@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from trainkit._internal.interface import setting
+from trainkit.errors import FailureKind
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """How an attempt ended. ``error_type``: the failure's (e.g. ``"WorkerDied"``, ``"WorkerStuck"``),
+    """How an attempt ended. ``error_type``: the failure's (a ``FailureKind``, or an exception's class name),
     None when the attempt did not fail."""
 
     error_type: str | None = None
@@ -61,4 +62,4 @@ class FailurePolicy:
         counted = f"{what} {count} of {setting(field, limit)}"
         if budget != -1 and count > budget:
             return Decision("give_up", f"{counted}: no retries left")
-        return Decision("retry", counted, show_where=outcome.error_type == "WorkerStuck")
+        return Decision("retry", counted, show_where=outcome.error_type == FailureKind.WORKER_STUCK)

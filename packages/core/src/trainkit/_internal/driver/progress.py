@@ -18,7 +18,7 @@ import time
 import traceback
 from typing import Any, Iterator
 
-from trainkit.errors import WorkerGroupError
+from trainkit.errors import FailureKind, WorkerGroupError
 
 CHECK_EVERY_S = 10.0
 ANSWER_S = 2.0  # a rank that does not answer the check in time is the heartbeat's business
@@ -98,7 +98,7 @@ class ProgressWatch:
                            f"{stuck[rank][0]:.0f} s, training thread:\n{stuck[rank][1]}"
                            for rank in culprits + [r for r in ranks if r not in culprits])
         return WorkerGroupError(f"{message}\n\n{stacks}", {rank: TimeoutError(message) for rank in ranks},
-                                rank=culprits[0], error_type="WorkerStuck", worker_traceback=stacks)
+                                rank=culprits[0], error_type=FailureKind.WORKER_STUCK, worker_traceback=stacks)
 
 
 # Where a rank waits for its peers: a frame in a framework's communication layer, or a collective
