@@ -177,6 +177,9 @@ def test_what_a_run_relies_on_is_one_entry_per_filesystem_type(tmp_path, monkeyp
             run_config=trainkit.RunConfig(name=name, storage_path=str(tmp_path / "runs"), storage_filesystem=fs,
                                           verbose=0)).fit()
 
+    from trainkit._internal.storage import lock
+
+    monkeypatch.setattr(lock, "_warned_not_exclusive", False)  # warned once per process: maybe already
     with pytest.warns(TrainkitWarning, match="no atomic create-if-absent"):
         assert fit("as-object-store").checkpoint is not None
     assert (tmp_path / "runs" / "as-object-store" / "metrics.jsonl.d").is_dir()  # the log, as whole objects
