@@ -119,22 +119,25 @@ class Cluster:
         sh("ip", "netns", "exec", self.switch, "ip", "link", "set", host.link + "b", "up" if up else "down")
 
     def set_partition(self, host: Host, cut: bool, open_port: int = S3_PORT) -> None:
-        """Cut ``host`` off from the head host except for TCP to ``open_port`` (the S3 server, which
-        stands in for a storage service reached another way), or heal that. The cut drops what
-        ``host`` sends to the head (an htb class whose queue holds nothing: this kernel has no tc
-        drop action), so no connection either way gets an answer."""
-        host.run("tc", "qdisc", "del", "dev", host.link, "root", check=False)
-        if not cut:
-            return
-        to_head = ["protocol", "ip", "u32", "match", "ip", "dst", f"{self.head.ip}/32"]
-        for args in (["qdisc", "add", "dev", host.link, "root", "handle", "1:", "htb", "default", "10"],
-                     ["class", "add", "dev", host.link, "parent", "1:", "classid", "1:10", "htb", "rate", "10gbit"],
-                     ["class", "add", "dev", host.link, "parent", "1:", "classid", "1:20", "htb", "rate", "10gbit"],
-                     ["qdisc", "add", "dev", host.link, "parent", "1:20", "handle", "20:", "pfifo", "limit", "0"],
-                     ["filter", "add", "dev", host.link, "parent", "1:", "prio", "1", *to_head, "match", "ip",
-                      "protocol", "6", "0xff", "match", "ip", "dport", str(open_port), "0xffff", "flowid", "1:10"],
-                     ["filter", "add", "dev", host.link, "parent", "1:", "prio", "2", *to_head, "flowid", "1:20"]):
-            host.run("tc", *args)
+        """Cut ``host`` off from the head host both ways except for TCP to and from ``open_port``
+        on the head (the S3 server, which stands in for a storage service reached another way), or
+        heal that. Each side drops what it sends to the other (an htb class whose queue holds
+        nothing: this kernel has no tc drop action). One way only would let the head's messages
+        through on connections already open: the far raylet would hear Ray declare its node dead
+        and exit, taking the cut-off worker (the zombie the fence tests need) with it."""
+        for side, peer, port_field in ((host, self.head, "dport"), (self.head, host, "sport")):
+            side.run("tc", "qdisc", "del", "dev", side.link, "root", check=False)
+            if not cut:
+                continue
+            to_peer = ["protocol", "ip", "u32", "match", "ip", "dst", f"{peer.ip}/32"]
+            for args in (["qdisc", "add", "dev", side.link, "root", "handle", "1:", "htb", "default", "10"],
+                         ["class", "add", "dev", side.link, "parent", "1:", "classid", "1:10", "htb", "rate", "10gbit"],
+                         ["class", "add", "dev", side.link, "parent", "1:", "classid", "1:20", "htb", "rate", "10gbit"],
+                         ["qdisc", "add", "dev", side.link, "parent", "1:20", "handle", "20:", "pfifo", "limit", "0"],
+                         ["filter", "add", "dev", side.link, "parent", "1:", "prio", "1", *to_peer, "match", "ip",
+                          "protocol", "6", "0xff", "match", "ip", port_field, str(open_port), "0xffff", "flowid", "1:10"],
+                         ["filter", "add", "dev", side.link, "parent", "1:", "prio", "2", *to_peer, "flowid", "1:20"]):
+                side.run("tc", *args)
 
     def set_delay(self, delay_ms: int) -> str:
         """``delay_ms`` on every host's outgoing traffic (a round trip gains 2x ``delay_ms``); 0
