@@ -214,7 +214,7 @@ class DrainThenReclaim(trainkit.UserCallback):
 def drain(cluster: Cluster, options: dict) -> dict:
     from trainkit._internal.worker import worker_group
 
-    worker_group.PLACEMENT_TIMEOUT_S = 180  # the next attempt waits for the replacement host
+    worker_group.PLACEMENT_TIMEOUT_S = 700  # the next attempt waits for the replacement host (the driver's limit: 800 s)
     callback = DrainThenReclaim(cluster, options["deadline_s"])
     result = DataParallelTrainer(
         until_preempted_fn, scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 1}),

@@ -84,11 +84,11 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def drive(cluster):
-    """``drive(scenario, timeout_s=600, **options)``: runs _driver.py's scenario on the head host;
+    """``drive(scenario, timeout_s=800, **options)``: runs _driver.py's scenario on the head host;
     returns its result."""
     hosts, storage = cluster
 
-    def run(scenario: str, timeout_s: float = 600, **options):
+    def run(scenario: str, timeout_s: float = 800, **options):
         env = hosts.env(RAY_ADDRESS=hosts.ray_address, TRAINKIT_VERBOSE="0")
         args = [hosts.python, str(DRIVER), str(Path(hosts.root, "cluster.json")), scenario,
                 json.dumps({"storage": storage, **options})]

@@ -9,6 +9,12 @@ import pytest
 import _hosts
 
 HEAD, WORKER = f"{_hosts.SUBNET}.1", f"{_hosts.SUBNET}.2"
+DEADLINE_S = 120  # the drain's: what a cloud gives a spot node, give or take
+
+# Starting the cluster (in the first test) and each scenario's restarts of a host's Ray take minutes on
+# a busy machine: each driver has 800 s (conftest's drive), and a test 1000 s, so the driver's limit
+# fires first and prints what it saw. Nothing here waits a fixed time for something to happen.
+pytestmark = pytest.mark.timeout(1000)
 
 
 @pytest.fixture(scope="module")
@@ -48,12 +54,11 @@ def test_a_host_whose_link_goes_down_is_dropped_and_rejoins(drive, tmp_path):
     assert all(after <= before + 1 for before, after in zip(epochs, epochs[1:]))
 
 
-@pytest.mark.timeout(600)  # the driver's own limit is 480 s
 def test_a_drained_spot_node_gets_a_notice_on_every_rank_the_jit_checkpoint_commits_before_the_deadline(drive):
     """Ray Train 2.60's preemption pattern across hosts: `ray drain-node` of the far host's node with
-    a 60 s deadline (what the autoscaler and KubeRay do on a spot termination notice); the host is
+    a deadline (what the autoscaler and KubeRay do on a spot termination notice); the host is
     terminated once the just-in-time checkpoint committed, and a replacement joins."""
-    out = drive("drain", deadline_s=60, timeout_s=480)  # two attempts and a host's Ray restarted
+    out = drive("drain", deadline_s=DEADLINE_S)
     assert out["error"] is None
     jit, drain = out["jit"], out["drain"]
     assert jit is not None, out["trace"]
@@ -62,7 +67,7 @@ def test_a_drained_spot_node_gets_a_notice_on_every_rank_the_jit_checkpoint_comm
     assert ranks[0]["step"] == ranks[1]["step"] and ranks[0]["deadline_ms"] == ranks[1]["deadline_ms"]
     assert ranks[0]["nodes"] == [drain["node_id"]] and ranks[0]["ranks"] == [1]
     deadline_ms = ranks[0]["deadline_ms"]
-    assert drain["before"] * 1000 + 60_000 - 5 <= deadline_ms <= drain["after"] * 1000 + 60_000
+    assert drain["before"] * 1000 + DEADLINE_S * 1000 - 5 <= deadline_ms <= drain["after"] * 1000 + DEADLINE_S * 1000
     assert jit["committed"] * 1000 < deadline_ms
     print(f"notice at step {ranks[0]['step']}; JIT checkpoint committed {jit['committed'] - drain['after']:.2f} s "
           f"after the drain, {deadline_ms / 1000 - jit['committed']:.1f} s before its deadline; replacement host up "
@@ -74,7 +79,6 @@ def test_a_drained_spot_node_gets_a_notice_on_every_rank_the_jit_checkpoint_comm
     assert out["final"]["step"] == ranks[0]["step"] + 3
 
 
-@pytest.mark.timeout(900)  # two attempts, a node declared dead, its host's Ray restarted (the driver: 600 s)
 @pytest.mark.parametrize("store", ["s3", "shared disk"])
 def test_a_partitioned_hosts_late_upload_never_overwrites_a_committed_checkpoint(cluster, drive, tmp_path, store):
     """Rank 1's host is partitioned off the head as it uploads report 2 (S3 stays reachable: it stands

@@ -7,15 +7,13 @@ and new arguments never break old plugins. Each docstring says where the hook ru
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import pluggy
 
 if TYPE_CHECKING:
     from trainkit.backend import BackendConfig, BackendRegistry, WorkerGroup
-    from trainkit.callbacks import UserCallback
-    from trainkit.config import RunConfig, ScalingConfig
-    from trainkit.context import TrainContext
+    from trainkit.config import ScalingConfig
 
 hookspec = pluggy.HookspecMarker("trainkit")
 hookimpl = pluggy.HookimplMarker("trainkit")
@@ -32,7 +30,7 @@ def trainkit_register_backends(registry: "BackendRegistry") -> None:
     """
 
 
-# -- worker-group lifecycle ------------------------------------------------------------------------
+# -- each run (driver) ----------------------------------------------------------------------------
 
 @hookspec
 def trainkit_setup_accelerators(worker_group: "WorkerGroup", scaling_config: "ScalingConfig",
@@ -47,40 +45,8 @@ def trainkit_setup_accelerators(worker_group: "WorkerGroup", scaling_config: "Sc
 
 
 @hookspec
-def trainkit_worker_start(context: "TrainContext") -> None:
-    """A worker process joined a run. Runs in every worker, before the backend's ``on_start``."""
-
-
-@hookspec
-def trainkit_worker_stop(context: "TrainContext") -> None:
-    """A worker is shutting down cleanly. Runs in every worker, after the backend's ``on_shutdown``;
-    a failed attempt's workers are killed without it (each attempt gets fresh processes)."""
-
-
-@hookspec
-def trainkit_default_callbacks(run_config: "RunConfig") -> "list[UserCallback] | None":
-    """Callbacks to add to every run, e.g. an organisation's experiment tracking. Runs in the driver
-    when a run starts; the callbacks returned run after ``RunConfig.callbacks``, in plugin order."""
-
-
-@hookspec
 def trainkit_check_inputs(train_loop_per_worker: Callable, train_loop_config: "dict | None",
                           datasets: "dict | None") -> None:
     """Refuse inputs a plugin's framework can't use on workers (e.g. objects that must be built
     there), raising ``TypeError`` or ``ValueError`` that names the input. Runs in the driver at
     ``fit()``, before anything starts."""
-
-
-# -- events (driver) -----------------------------------------------------------------------------------
-
-@hookspec
-def trainkit_after_report(run_name: str, index: int, metrics: dict[str, Any],
-                          all_metrics: list[dict[str, Any]], checkpoint: Any) -> None:
-    """All ranks made report ``index``; ``metrics`` are rank 0's, ``all_metrics`` every rank's,
-    ``checkpoint`` the committed ``Checkpoint`` or None. Runs in the driver."""
-
-
-@hookspec
-def trainkit_on_failure(run_name: str, attempt: int, error: BaseException, will_retry: bool) -> None:
-    """An attempt failed (a worker raised, died or hung, or the driver failed). Runs in the driver once
-    the failure policy decided (``will_retry``), before the next attempt starts."""

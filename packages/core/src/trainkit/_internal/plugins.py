@@ -39,6 +39,14 @@ GROUP = "trainkit.plugins"
 DIRECT = "<direct>"  # registrations made outside any plugin (tests, scripts)
 
 
+# Hooks no first-party plugin used, removed before 0.1: what a plugin does instead.
+_CALLBACK = "have the user pass a trainkit.UserCallback in RunConfig(callbacks=[...])"
+_WORKER = "act on the workers from your Backend's on_start / on_shutdown (worker_group.execute)"
+REMOVED_HOOKS = {"trainkit_after_report": _CALLBACK, "trainkit_on_failure": _CALLBACK,
+                 "trainkit_default_callbacks": _CALLBACK, "trainkit_worker_start": _WORKER,
+                 "trainkit_worker_stop": _WORKER}
+
+
 def owns(entry_name: str, backend: str) -> bool:
     """Whether the plugin of entry point ``entry_name`` may register ``backend``."""
     return backend == entry_name or backend.startswith(f"{entry_name}_")
@@ -101,6 +109,9 @@ class Plugins:
         """Register one plugin object and its backends; a broken plugin is recorded, not raised."""
         self.infos[info.name] = info
         try:
+            for hook, instead in REMOVED_HOOKS.items():
+                if hasattr(module, hook):
+                    raise ValueError(f"it implements {hook}, which trainkit 0.1 removed: {instead}")
             self.manager.register(module, name=info.name)
             self.manager.check_pending()
         except Exception as exc:  # noqa: BLE001 - any broken plugin is isolated

@@ -9,7 +9,7 @@ Example::
                                                TensorBoardCallback(), WandbCallback(project="digits")])
 
 Metrics are logged under the report's index as the step, which keeps increasing across restarts and
-resumed runs. A plugin adds tracking to every run through the ``trainkit_default_callbacks`` hook.
+resumed runs.
 Install the trackers with ``pip install 'trainkit-core[mlflow]'``, ``'trainkit-core[tensorboard]'`` or
 ``'trainkit-core[wandb]'``. ``TrackingCallback`` is the base for writing another tracker's callback.
 """

@@ -54,9 +54,7 @@ class Controller:
         self.logs = RunLogs(self.storage)
         self.metrics_log = MetricsLog(self.storage)
         self.plugins = get_plugins()
-        self.callbacks = [*run_config.callbacks, *(
-            callback for added in self.plugins.hook.trainkit_default_callbacks(run_config=run_config)
-            for callback in added or ())]
+        self.callbacks = list(run_config.callbacks)
         self.validator = validation_config and Validator(validation_config, use_ray=not scaling_config.local_mode)
         failure_config = run_config.failure_config
         self.policy = FailurePolicy(failure_config.max_failures, failure_config.max_preemption_failures)
@@ -171,7 +169,7 @@ class Controller:
                 if decision.action == "finish":
                     state.status = "finished"
                     break
-                self._record_failure(attempt, will_retry=decision.action == "retry")
+                self._record_failure(attempt)
                 err = attempt.error
                 if decision.action == "give_up":
                     if isinstance(err, PreemptionError):  # its own budget: say which one ran out
@@ -190,12 +188,10 @@ class Controller:
             self.logs.close()
         return self._finish(attempt)
 
-    def _record_failure(self, attempt: AttemptResult, will_retry: bool) -> None:
+    def _record_failure(self, attempt: AttemptResult) -> None:
         state, err = self.state, attempt.error
         state.failures.append({"attempt": state.attempt, "rank": err.rank, "type": err.error_type,
                                "message": str(err).split("\n", 1)[0], "time": time.time()})
-        self.plugins.hook.trainkit_on_failure(run_name=self.storage.name, attempt=state.attempt,
-                                              error=err, will_retry=will_retry)
         self._callbacks("after_exception", self._run_context(), attempt.worker_errors)
 
     def _finish(self, attempt: AttemptResult) -> Result:
@@ -236,9 +232,7 @@ class Controller:
                 continue
         return last
 
-    def _after_report(self, index: int, metrics: dict, all_metrics: list[dict], checkpoint: Checkpoint | None) -> None:
-        self.plugins.hook.trainkit_after_report(run_name=self.storage.name, index=index, metrics=metrics,
-                                                all_metrics=all_metrics, checkpoint=checkpoint)
+    def _after_report(self, all_metrics: list[dict], checkpoint: Checkpoint | None) -> None:
         self._callbacks("after_report", self._run_context(), all_metrics, checkpoint)
 
     def _run_context(self) -> RunContext:

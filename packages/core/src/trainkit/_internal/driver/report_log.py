@@ -29,7 +29,7 @@ logger = logging.getLogger("trainkit")
 
 STATE_EVERY_S = 1.0  # run_state.json follows reports without a checkpoint at most this often
 
-AfterReport = Callable[[int, dict, "list[dict]", "Checkpoint | None"], None]
+AfterReport = Callable[["list[dict]", "Checkpoint | None"], None]
 
 
 class ReportLog:
@@ -41,7 +41,7 @@ class ReportLog:
         self.metrics_log = metrics_log
         self.checkpoint_config = checkpoint_config
         self.validator = validator
-        self.after_report = after_report  # (index, rank 0's metrics, every rank's, committed checkpoint)
+        self.after_report = after_report  # (every rank's metrics, the committed checkpoint)
         self.world_size = 0  # the attempt's, set by its runner
         self.local_session: Session | None = None  # local mode: acknowledgements go straight to it
         self.resumed_from: str | None = None
@@ -201,7 +201,7 @@ class ReportLog:
             self.save_state_if_due()
         all_metrics = [reports[r].metrics for r in sorted(reports)]
         self.display.report(index, metrics, name)
-        self.after_report(index, metrics, all_metrics, checkpoint)
+        self.after_report(all_metrics, checkpoint)
 
     def save_state_if_due(self) -> None:
         """Keep run_state.json current between checkpoint commits (report count, last metrics), at

@@ -74,7 +74,6 @@ class Worker:
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._session: Session | None = None
         self._context: TrainContext | None = None
-        self._hooks = False
         self._train_thread: threading.Thread | None = None
         self._preemption: Any = None  # the PreemptionInfo the driver sent, for the session
         # Ray runs an actor's __init__ in the process's main thread, the only one that may set a
@@ -114,17 +113,12 @@ class Worker:
             "labels": getattr(runtime, "get_node_labels", dict)(),
         }
 
-    def setup(self, context: TrainContext, env: dict[str, str], hooks: bool) -> None:
-        """``hooks``: some plugin implements a worker hook (else loading plugins here is skipped)."""
+    def setup(self, context: TrainContext, env: dict[str, str]) -> None:
         os.environ.update(env)
-        self._context, self._hooks = context, hooks
+        self._context = context
         set_worker_context(context)
         sys.stdout = RankOutput(sys.__stdout__, context.world_rank, self._events.put)
         sys.stderr = RankOutput(sys.__stderr__, context.world_rank, self._events.put)
-        if hooks:
-            from trainkit._internal.plugins import get_plugins
-
-            get_plugins().hook.trainkit_worker_start(context=context)
 
     def execute(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
@@ -198,10 +192,6 @@ class Worker:
         return events
 
     def stop(self) -> None:
-        from trainkit._internal.plugins import get_plugins
-
-        if self._context is not None and self._hooks:
-            get_plugins().hook.trainkit_worker_stop(context=self._context)
         set_session(None)
         set_worker_context(None)
 

@@ -9,7 +9,6 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from trainkit._internal.cluster import net, tpu
 from trainkit._internal.cluster.reservation import reserved_bundles
-from trainkit._internal.plugins import get_plugins
 from trainkit._internal.worker.actor import Worker
 from trainkit._internal.worker.context_types import TrainContext
 from trainkit.backend import Rendezvous, WorkerInfo
@@ -81,8 +80,6 @@ class WorkerGroup:
         finally:
             for claim in claims:  # the workers' bundles now hold the slices
                 remove_placement_group(claim)
-        hooks = get_plugins().hook
-        worker_hooks = bool(hooks.trainkit_worker_start.get_hookimpls() or hooks.trainkit_worker_stop.get_hookimpls())
         remote_worker, options = ray.remote(Worker), _actor_options(resources)
         actors = [
             remote_worker.options(**options, scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=first_bundle + i))
@@ -105,7 +102,6 @@ class WorkerGroup:
                     {**(env or {}), "TRAINKIT_RANK": str(w.world_rank),
                      **(tpu.multislice_env(workers[0].ip, num_slices, w.world_rank // per_slice)
                         if num_slices > 1 else {})},
-                    worker_hooks,
                 )
                 for w in workers
             ])
