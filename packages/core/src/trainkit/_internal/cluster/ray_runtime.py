@@ -118,12 +118,20 @@ def _always_patches(ray) -> list[tuple[object, str, object]]:
     return [(services, "ConsolePopen", OwnSessionPopen)]
 
 
+def embedded_node() -> object | None:
+    """The node of the embedded cluster when this process started the one it is connected to."""
+    import ray
+
+    node = getattr(ray._private.worker, "_global_node", None)
+    return node if node is not None and node is _embedded_node else None
+
+
 def check_can_ever_place(scaling) -> None:
     """On the embedded cluster (no node joins it later), workers that need more of a resource than
     the machine has fail now, naming it, not after the placement timeout."""
     import ray
 
-    if _embedded_node is None or getattr(ray._private.worker, "_global_node", None) is not _embedded_node:
+    if embedded_node() is None:
         return
     total = ray.cluster_resources()
     short = {k: v for k, v in scaling.worker_resources.items() if v and total.get(k, 0) < v}

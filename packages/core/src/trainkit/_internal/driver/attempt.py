@@ -273,7 +273,7 @@ class AttemptRunner:
                 self._gone.add(item.rank)
                 self.display.note(f"rank {item.rank} is gone (preempted); the other ranks go on until the deadline")
             elif isinstance(item.error, ray.exceptions.RayActorError):
-                outcome.error = self._died(item.rank, item.error, group.workers[item.rank].node_id)
+                outcome.error = self._died(item.rank, item.error, group.workers[item.rank])
             else:  # e.g. an event that cannot be unpickled here
                 outcome.error = WorkerGroupError(f"rank {item.rank}: its events could not be received: {item.error}",
                                                  {item.rank: item.error}, rank=item.rank,
@@ -335,15 +335,25 @@ class AttemptRunner:
         for rank, acks in self.reports.take_acks():
             group.call(rank, "acknowledge", acks)  # a rank that died meanwhile needs none
 
-    def _died(self, rank: int, exc: BaseException, node_id: str) -> WorkerGroupError:
-        """A rank's process is gone: its node was lost (Ray's node table says why), or it was killed
-        (out of memory, SIGKILL, a crash) and what it printed last is the clue."""
+    def _died(self, rank: int, exc: BaseException, worker: Any) -> WorkerGroupError:
+        """A rank's process is gone: its node was lost (Ray's node table says why), it stopped
+        answering (Ray cannot yet tell a cut network from a dead process), or it was killed (out of
+        memory, SIGKILL, a crash) and what it printed last is the clue."""
+        import ray
+
         log = self.storage.path(LOGS, f"attempt_{self.state.attempt}", f"rank_{rank}.txt")
         tail = "\n".join(self._tails.get(rank, ())) or "(none received)"
-        lost = node_lost(node_id)
-        why = (f"died with its node ({type(exc).__name__}): {lost}" if lost else
-               f"died: its worker process exited unexpectedly ({type(exc).__name__}; killed by the system, e.g. "
-               "out of memory, or by a signal)")
+        lost = node_lost(worker.node_id)
+        if lost:
+            why = f"died with its node ({type(exc).__name__}): {lost}"
+        elif isinstance(exc, ray.exceptions.ActorUnavailableError):
+            why = (f"is unreachable: its worker process on node {worker.ip} (node id {worker.node_id[:12]}) stopped "
+                   f"answering ({type(exc).__name__}): the network to that node, or the machine, went down, or the "
+                   "process was stopped. A process cut off may still run there (trainkit's commits never take an "
+                   "earlier attempt's files)")
+        else:
+            why = (f"died: its worker process exited unexpectedly ({type(exc).__name__}; killed by the system, e.g. "
+                   "out of memory, or by a signal)")
         return WorkerGroupError(f"rank {rank} {why}\n\nLast output of rank {rank} (all of it: {log}):\n{tail}",
                                 {rank: exc}, rank=rank, error_type=FailureKind.WORKER_DIED)
 

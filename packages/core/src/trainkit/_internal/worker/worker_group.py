@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from trainkit._internal.cluster import net, tpu
 from trainkit._internal.cluster.reservation import reserved_bundles
+from trainkit._internal.worker import spare
 from trainkit._internal.worker.actor import Worker
 from trainkit._internal.worker.context_types import TrainContext
 from trainkit.backend import Rendezvous, WorkerInfo
@@ -32,10 +33,12 @@ def _actor_options(resources: dict[str, float]) -> dict[str, Any]:
 class WorkerGroup:
     """Workers of one attempt (``trainkit.backend.WorkerGroup`` says what a backend may call)."""
 
-    def __init__(self, workers: list[WorkerInfo], placement_group: Any, marks: dict[str, float]):
+    def __init__(self, workers: list[WorkerInfo], placement_group: Any, marks: dict[str, float],
+                 next_group: tuple[tuple | None, tuple[str, ...]] = (None, ())):
         self.workers = workers
         self._placement_group = placement_group
         self.marks = marks  # when placement, actor start and setup ended (time.monotonic())
+        self._next_group = next_group  # the spare key and prewarm modules of workers to prestart at shutdown
 
     @classmethod
     def start(cls, scaling: ScalingConfig, num_workers: int, *, run_name: str, attempt: int,
@@ -80,10 +83,11 @@ class WorkerGroup:
         finally:
             for claim in claims:  # the workers' bundles now hold the slices
                 remove_placement_group(claim)
-        remote_worker, options = ray.remote(Worker), _actor_options(resources)
-        actors = [
-            remote_worker.options(**options, scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=first_bundle + i))
-            .remote(prewarm_modules)
+        spare_key = None if reserved or any(selectors) else spare.key(num_workers, resources, prewarm_modules)
+        options = _actor_options(resources)
+        actors = spare.take(spare_key) or [
+            _start_actor(prewarm_modules, **options, scheduling_strategy=PlacementGroupSchedulingStrategy(
+                pg, placement_group_bundle_index=first_bundle + i))
             for i in range(num_workers)
         ]
         try:
@@ -92,7 +96,8 @@ class WorkerGroup:
             driver_node = ray.get_runtime_context().get_node_id()
             workers = _assign_ranks(actors, infos, lambda info, i: tpu.rank_order(info, slice_names) if slice_names
                                     else (info["node_id"] != driver_node, i))
-            group = cls(workers, None if reserved else pg, marks)  # a trial's reservation stays the trial's
+            group = cls(workers, None if reserved else pg, marks,  # a trial's reservation stays the trial's
+                        (spare_key, prewarm_modules))
             num_slices = num_workers // per_slice if scaling.use_tpu else 1
             ray.get([
                 w.actor.setup.remote(
@@ -212,6 +217,14 @@ class WorkerGroup:
             ray.kill(w.actor, no_restart=True)
         if self._placement_group is not None:
             remove_placement_group(self._placement_group)
+        key, modules = self._next_group
+        spare.prestart(key, lambda: _start_actor(modules, **_actor_options({})))
+
+
+def _start_actor(prewarm_modules: tuple[str, ...], **options: Any) -> Any:
+    import ray
+
+    return ray.remote(Worker).options(**options).remote(prewarm_modules)
 
 
 def _assign_ranks(actors: list[Any], infos: list[dict], node_key: Callable[[dict, int], Any]) -> list[WorkerInfo]:

@@ -1,0 +1,67 @@
+"""Warm workers: when a worker group of the embedded cluster shuts down, the driver starts the same
+number of worker processes for the next group of the same shape (the next attempt, or the next fit
+of a notebook or an HPO loop), with the framework already imported.
+
+They are new processes that never ran a training function, so a fit inherits nothing of another
+(environment, modules, process group, threads, open files): what is reused is the cluster and the
+time it takes to start a process and import the framework. They hold no resources while they wait
+(``num_cpus=0``); the group that takes them places its placement group as a cold start does, so
+Tune trials and the user's own tasks see the whole machine between fits. Only CPU workers of at
+most one CPU each are prestarted (a GPU worker's devices, and a larger worker's thread count, are
+given to a process as Ray starts it). ``TRAINKIT_WARM_WORKERS=0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from trainkit._internal.cluster import ray_runtime
+
+
+@dataclass(frozen=True)
+class Spare:
+    key: tuple
+    actors: list[Any]
+    node: Any  # the embedded cluster they belong to
+
+
+_spare: Spare | None = None
+
+
+def key(num_workers: int, resources: dict[str, float], prewarm_modules: tuple[str, ...]) -> tuple | None:
+    """What a group must match to take prestarted workers; None for a group that never can."""
+    if os.environ.get("TRAINKIT_WARM_WORKERS", "1") == "0" or ray_runtime.embedded_node() is None:
+        return None
+    if set(resources) - {"CPU", "memory"} or resources.get("CPU", 0) > 1:
+        return None
+    return num_workers, prewarm_modules
+
+
+def take(wanted: tuple | None) -> list[Any] | None:
+    """The prestarted workers when they match ``wanted``; any others are stopped."""
+    global _spare
+    spare, _spare = _spare, None
+    if spare is None or spare.node is not ray_runtime.embedded_node():  # none, or of a cluster since stopped
+        return None
+    if spare.key == wanted:
+        return spare.actors
+    _kill(spare.actors)
+    return None
+
+
+def prestart(wanted: tuple | None, start_actor: Callable[[], Any]) -> None:
+    """Start ``wanted``'s workers, each with ``start_actor()`` (an actor handle), not waited for."""
+    global _spare
+    take(None)
+    if wanted is not None:
+        actors = [start_actor() for _ in range(wanted[0])]
+        _spare = Spare(wanted, actors, ray_runtime.embedded_node())
+
+
+def _kill(actors: list[Any]) -> None:
+    import ray
+
+    for actor in actors:
+        ray.kill(actor, no_restart=True)

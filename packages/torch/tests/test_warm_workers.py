@@ -1,0 +1,108 @@
+"""A second fit in one driver takes workers prestarted when the first ended, and inherits nothing of it."""
+
+import os
+import sys
+import threading
+
+import pytest
+import ray
+
+import trainkit
+from trainkit import ScalingConfig
+from trainkit._internal.worker import spare
+from trainkit_torch import TorchTrainer
+
+_held_files = []  # fit 1's open files, kept open for as long as its process lives
+
+
+def leave_traces(config):
+    """Fit 1: everything a training function can leave behind in its process."""
+    import torch.distributed as dist
+
+    sys.path.insert(0, config["dir"])
+    import user_module  # noqa: F401 - the user's own code, imported from their directory
+
+    rank = trainkit.get_context().get_world_rank()
+    seen = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["SET_BY_FIT_1"] = "1"
+    os.environ["CUDA_VISIBLE_DEVICES"] = "7"
+    threading.Thread(target=threading.Event().wait, name="fit-1-thread", daemon=True).start()
+    _held_files.append(open(os.path.join(config["dir"], f"held-{rank}"), "w"))
+    trainkit.report({"pid": os.getpid(), "cuda": seen, "process_group": dist.is_initialized()})
+
+
+def look_around(config):
+    """Fit 2: what its process holds at the start of the training function."""
+    import torch
+    import torch.distributed as dist
+
+    fds = os.listdir("/proc/self/fd")
+    files = {os.readlink(f"/proc/self/fd/{fd}") for fd in fds if os.path.exists(f"/proc/self/fd/{fd}")}
+    world = torch.ones(1)
+    dist.all_reduce(world)
+    trainkit.report({"pid": os.getpid(), "user_module": "user_module" in sys.modules,
+                     "set_by_fit_1": os.environ.get("SET_BY_FIT_1"), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                     "threads": [t.name for t in threading.enumerate()],
+                     "held": sorted(f for f in files if os.path.basename(f).startswith("held-")),
+                     "world": world.item()})
+
+
+class Collect(trainkit.UserCallback):
+    def after_report(self, run_context, metrics, checkpoint):
+        self.metrics = metrics
+
+
+def fit(fn, run_config, config):
+    collect = Collect()
+    TorchTrainer(fn, train_loop_config=config, scaling_config=ScalingConfig(num_workers=2),
+                 run_config=run_config(callbacks=[collect])).fit()
+    return collect.metrics
+
+
+def _spare_pids() -> set[int]:
+    """Waits for the prestarted workers (test-only synchronization: no sleep) and returns their pids."""
+    assert spare._spare is not None, "no workers were prestarted when the fit ended"
+    return {info["pid"] for info in ray.get([a.node_info.remote() for a in spare._spare.actors])}
+
+
+@pytest.fixture
+def user_dir(tmp_path):
+    (tmp_path / "user_module").mkdir()
+    (tmp_path / "user_module" / "__init__.py").write_text("STATE = []\n")
+    return str(tmp_path)
+
+
+def test_a_second_fit_takes_prestarted_workers_that_hold_nothing_of_the_first(ray_cluster, run_config, user_dir,
+                                                                              monkeypatch):
+    monkeypatch.setenv("TRAINKIT_WARM_WORKERS", "1")
+    first = fit(leave_traces, run_config, {"dir": user_dir})
+    assert all(r["process_group"] for r in first)
+    prestarted = _spare_pids()
+    assert prestarted.isdisjoint(r["pid"] for r in first)  # new processes, not fit 1's
+
+    second = fit(look_around, run_config, {})
+    assert {r["pid"] for r in second} == prestarted
+    for r, before in zip(second, first):
+        assert r["user_module"] is False and r["set_by_fit_1"] is None
+        assert r["cuda"] == before["cuda"]  # what Ray gave the process, not what fit 1 set
+        assert "fit-1-thread" not in r["threads"] and r["held"] == []
+        assert r["world"] == 2.0  # a fresh process group of both ranks
+    assert _spare_pids().isdisjoint(prestarted)  # and the next fit gets new ones again
+
+
+def test_a_group_of_another_shape_stops_the_prestarted_workers_and_starts_cold(ray_cluster, run_config, monkeypatch):
+    monkeypatch.setenv("TRAINKIT_WARM_WORKERS", "1")
+    fit(look_around, run_config, {})
+    prestarted = _spare_pids()
+    collect = Collect()
+    TorchTrainer(look_around, train_loop_config={}, scaling_config=ScalingConfig(num_workers=1),
+                 run_config=run_config(callbacks=[collect])).fit()
+    (only,) = collect.metrics
+    assert only["pid"] not in prestarted and only["world"] == 1.0
+    assert spare._spare.key[0] == 1  # the next prestarted group has the last fit's shape
+
+
+def test_warm_workers_opt_out(ray_cluster, run_config, monkeypatch):
+    monkeypatch.setenv("TRAINKIT_WARM_WORKERS", "0")
+    fit(look_around, run_config, {})
+    assert spare._spare is None
