@@ -99,7 +99,7 @@ def test_a_group_of_another_shape_stops_the_prestarted_workers_and_starts_cold(r
                  run_config=run_config(callbacks=[collect])).fit()
     (only,) = collect.metrics
     assert only["pid"] not in prestarted and only["world"] == 1.0
-    assert spare._spare.key[0] == 1  # the next prestarted group has the last fit's shape
+    assert spare._spare.shape.num_workers == 1  # the next prestarted group has the last fit's shape
 
 
 def test_warm_workers_opt_out(ray_cluster, run_config, monkeypatch):

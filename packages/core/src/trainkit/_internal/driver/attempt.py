@@ -27,7 +27,7 @@ from trainkit._internal.worker.events import Failed, Finished, Output, Preempted
 from trainkit._internal.worker.ingest import datasets_per_rank
 from trainkit._internal.worker.preemption import PreemptionWatch, died_of_preemption
 from trainkit._internal.worker.session import SALVAGE_S, Session, set_session
-from trainkit.backend import BackendConfig
+from trainkit.backend import BackendConfig, WorkerInfo
 from trainkit.config import FailureConfig, ScalingConfig
 from trainkit.errors import (ControllerError, FailureKind, PlacementError, PreemptionError, TrainingFailedError,
                              WorkerGroupError)
@@ -335,7 +335,7 @@ class AttemptRunner:
         for rank, acks in self.reports.take_acks():
             group.call(rank, "acknowledge", acks)  # a rank that died meanwhile needs none
 
-    def _died(self, rank: int, exc: BaseException, worker: Any) -> WorkerGroupError:
+    def _died(self, rank: int, exc: BaseException, worker: WorkerInfo) -> WorkerGroupError:
         """A rank's process is gone: its node was lost (Ray's node table says why), it stopped
         answering (Ray cannot yet tell a cut network from a dead process), or it was killed (out of
         memory, SIGKILL, a crash) and what it printed last is the clue."""

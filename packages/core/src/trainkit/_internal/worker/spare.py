@@ -15,14 +15,21 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from trainkit._internal.cluster import ray_runtime
 
 
+class Shape(NamedTuple):
+    """What a group must match to take prestarted workers."""
+
+    num_workers: int
+    prewarm_modules: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class Spare:
-    key: tuple
+    shape: Shape
     actors: list[Any]
     node: Any  # the embedded cluster they belong to
 
@@ -30,33 +37,34 @@ class Spare:
 _spare: Spare | None = None
 
 
-def key(num_workers: int, resources: dict[str, float], prewarm_modules: tuple[str, ...]) -> tuple | None:
-    """What a group must match to take prestarted workers; None for a group that never can."""
+def shape(num_workers: int, resources: dict[str, float], prewarm_modules: tuple[str, ...]) -> Shape | None:
+    """The shape of a group that may take prestarted workers; None for one that never can."""
     if os.environ.get("TRAINKIT_WARM_WORKERS", "1") == "0" or ray_runtime.embedded_node() is None:
         return None
     if set(resources) - {"CPU", "memory"} or resources.get("CPU", 0) > 1:
         return None
-    return num_workers, prewarm_modules
+    return Shape(num_workers, prewarm_modules)
 
 
-def take(wanted: tuple | None) -> list[Any] | None:
+def take(wanted: Shape | None) -> list[Any] | None:
     """The prestarted workers when they match ``wanted``; any others are stopped."""
     global _spare
     spare, _spare = _spare, None
     if spare is None or spare.node is not ray_runtime.embedded_node():  # none, or of a cluster since stopped
         return None
-    if spare.key == wanted:
+    if spare.shape == wanted:
         return spare.actors
     _kill(spare.actors)
     return None
 
 
-def prestart(wanted: tuple | None, start_actor: Callable[[], Any]) -> None:
-    """Start ``wanted``'s workers, each with ``start_actor()`` (an actor handle), not waited for."""
+def prestart(wanted: Shape | None, start_actor: Callable[[tuple[str, ...]], Any]) -> None:
+    """Start ``wanted``'s workers, each with ``start_actor(prewarm_modules)`` (an actor handle), not
+    waited for."""
     global _spare
     take(None)
     if wanted is not None:
-        actors = [start_actor() for _ in range(wanted[0])]
+        actors = [start_actor(wanted.prewarm_modules) for _ in range(wanted.num_workers)]
         _spare = Spare(wanted, actors, ray_runtime.embedded_node())
 
 

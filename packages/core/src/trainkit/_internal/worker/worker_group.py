@@ -34,11 +34,11 @@ class WorkerGroup:
     """Workers of one attempt (``trainkit.backend.WorkerGroup`` says what a backend may call)."""
 
     def __init__(self, workers: list[WorkerInfo], placement_group: Any, marks: dict[str, float],
-                 next_group: tuple[tuple | None, tuple[str, ...]] = (None, ())):
+                 spare_shape: spare.Shape | None = None):
         self.workers = workers
         self._placement_group = placement_group
         self.marks = marks  # when placement, actor start and setup ended (time.monotonic())
-        self._next_group = next_group  # the spare key and prewarm modules of workers to prestart at shutdown
+        self._spare_shape = spare_shape  # of the workers to prestart at shutdown, for the next group
 
     @classmethod
     def start(cls, scaling: ScalingConfig, num_workers: int, *, run_name: str, attempt: int,
@@ -83,9 +83,9 @@ class WorkerGroup:
         finally:
             for claim in claims:  # the workers' bundles now hold the slices
                 remove_placement_group(claim)
-        spare_key = None if reserved or any(selectors) else spare.key(num_workers, resources, prewarm_modules)
+        spare_shape = None if reserved or any(selectors) else spare.shape(num_workers, resources, prewarm_modules)
         options = _actor_options(resources)
-        actors = spare.take(spare_key) or [
+        actors = spare.take(spare_shape) or [
             _start_actor(prewarm_modules, **options, scheduling_strategy=PlacementGroupSchedulingStrategy(
                 pg, placement_group_bundle_index=first_bundle + i))
             for i in range(num_workers)
@@ -96,8 +96,7 @@ class WorkerGroup:
             driver_node = ray.get_runtime_context().get_node_id()
             workers = _assign_ranks(actors, infos, lambda info, i: tpu.rank_order(info, slice_names) if slice_names
                                     else (info["node_id"] != driver_node, i))
-            group = cls(workers, None if reserved else pg, marks,  # a trial's reservation stays the trial's
-                        (spare_key, prewarm_modules))
+            group = cls(workers, None if reserved else pg, marks, spare_shape)  # a trial's reservation stays the trial's
             num_slices = num_workers // per_slice if scaling.use_tpu else 1
             ray.get([
                 w.actor.setup.remote(
@@ -217,8 +216,7 @@ class WorkerGroup:
             ray.kill(w.actor, no_restart=True)
         if self._placement_group is not None:
             remove_placement_group(self._placement_group)
-        key, modules = self._next_group
-        spare.prestart(key, lambda: _start_actor(modules, **_actor_options({})))
+        spare.prestart(self._spare_shape, lambda modules: _start_actor(modules, **_actor_options({})))
 
 
 def _start_actor(prewarm_modules: tuple[str, ...], **options: Any) -> Any:
