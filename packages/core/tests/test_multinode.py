@@ -45,3 +45,47 @@ def test_ranks_are_contiguous_per_node(two_node_cluster, run_config, strategy):
         assert {r["local_world_size"] for r in rows} == {2}
     else:  # 2 workers packed on one node
         assert len(set(nodes)) == 1 and [r["local_rank"] for r in rows] == [0, 1]
+
+
+def rendezvous_node_when_the_far_rank_starts_it():
+    """Rank 1 (not on the driver's node) makes the attempt's first collective call and so starts its
+    rendezvous actor; rank 0 calls once the actor exists. Every rank reports the actor's node."""
+    import time
+
+    import ray
+
+    from trainkit import collective
+
+    ctx = trainkit.get_context()
+    name = f"trainkit-collective-{ctx.get_experiment_name()}-{ctx.get_attempt()}"
+    if ctx.get_world_rank() == 0:
+        while True:  # until rank 1 started it (no timing: the test hangs, not passes, if it never does)
+            try:
+                ray.get_actor(name)
+                break
+            except ValueError:
+                time.sleep(0.05)
+    collective.barrier()
+    actor = ray.get_actor(name)
+    trainkit.report({"rendezvous_node": ray.get(actor.__ray_call__.remote(
+        lambda self: ray.get_runtime_context().get_node_id())),
+        "node_id": ray.get_runtime_context().get_node_id()})
+
+
+def test_the_rendezvous_actor_lives_on_the_drivers_node(two_node_cluster, run_config):
+    """A collective's actor started by a rank on another node still lives on the driver's node (each
+    node's CPUs all taken: Ray's own choice then leaves the driver's node). A rank's
+    node can be drained, preempted or partitioned away (CI: the actor of a drained spot node's run,
+    placed there by its rank, died with it and failed the next attempt); the driver's cannot without
+    ending the run."""
+    import ray
+
+    collect = Collect()
+    DataParallelTrainer(rendezvous_node_when_the_far_rank_starts_it,
+                        scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 2},
+                                                                 placement_strategy="STRICT_SPREAD"),
+                        run_config=run_config(callbacks=[collect])).fit()
+    driver_node = ray.get_runtime_context().get_node_id()
+    rows = collect.metrics
+    assert rows[0]["node_id"] == driver_node and rows[1]["node_id"] != driver_node
+    assert {r["rendezvous_node"] for r in rows} == {driver_node}

@@ -85,14 +85,19 @@ def _exchange(caller: str, value: Any, timeout_s: float) -> dict[int, Any]:
 
 
 def rendezvous(session: Any) -> Any:
-    """The attempt's rendezvous actor, started by the first rank that needs it."""
+    """The attempt's rendezvous actor, started by the first rank that needs it, on the driver's node
+    whichever rank that is: a rank's node can be drained, preempted or cut off and the attempt go on
+    to its end (a JIT checkpoint, a restart); the driver's node cannot without ending the run."""
     if session.rendezvous is None:
         import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         context = session.context
         name = f"trainkit-collective-{context.experiment_name}-{context.attempt}"
+        where = {} if session.driver_node is None else {
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(session.driver_node, soft=False)}
         session.rendezvous = ray.remote(num_cpus=0)(_Rendezvous).options(
-            name=name, get_if_exists=True).remote(context.world_size)
+            name=name, get_if_exists=True, **where).remote(context.world_size)
     return session.rendezvous
 
 

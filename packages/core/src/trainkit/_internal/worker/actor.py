@@ -74,6 +74,7 @@ class Worker:
         self._events: queue.SimpleQueue = queue.SimpleQueue()
         self._session: Session | None = None
         self._context: TrainContext | None = None
+        self._driver_node: str | None = None  # Ray's id of the driver's node
         self._train_thread: threading.Thread | None = None
         self._preemption: Any = None  # the PreemptionInfo the driver sent, for the session
         # Ray runs an actor's __init__ in the process's main thread, the only one that may set a
@@ -113,9 +114,10 @@ class Worker:
             "labels": getattr(runtime, "get_node_labels", dict)(),
         }
 
-    def setup(self, context: TrainContext, env: dict[str, str]) -> None:
+    def setup(self, context: TrainContext, env: dict[str, str], driver_node: str) -> None:
         os.environ.update(env)
         self._context = context
+        self._driver_node = driver_node
         set_worker_context(context)
         sys.stdout = RankOutput(sys.__stdout__, context.world_rank, self._events.put)
         sys.stderr = RankOutput(sys.__stderr__, context.world_rank, self._events.put)
@@ -134,6 +136,7 @@ class Worker:
         self._session = Session(self._context, storage, self._events.put, next_index=next_index,
                                 checkpoint=checkpoint, datasets=datasets)
         self._session.preemption_info = self._preemption
+        self._session.driver_node = self._driver_node
         set_session(self._session)
 
         def run() -> None:

@@ -61,6 +61,7 @@ class Session:
         self.checkpoint = checkpoint
         self.datasets = datasets or {}
         self.rendezvous: Any = None  # trainkit.collective's actor handle, made by the first call
+        self.driver_node: str | None = None  # where that actor lives: see collective.rendezvous
         self.collective_calls = 0
         self.preemption_info: Any = None  # this rank's notice (a PreemptionInfo): see _internal/worker/preemption.py
         self.preemption_calls = 0

@@ -106,6 +106,7 @@ class WorkerGroup:
                     {**(env or {}), "TRAINKIT_RANK": str(w.world_rank),
                      **(tpu.multislice_env(workers[0].ip, num_slices, w.world_rank // per_slice)
                         if num_slices > 1 else {})},
+                    driver_node,
                 )
                 for w in workers
             ])
