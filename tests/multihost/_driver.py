@@ -165,7 +165,7 @@ def until_preempted_fn(config):
         info = trainkit.get_preemption_info()
         if info is not None and not saved:
             saved = True
-            write_checkpoint(step, {**metrics, "jit": True, "deadline_ms": info.deadline_ms,
+            write_checkpoint(step, {**metrics, "jit": True, "noticed": time.time(), "deadline_ms": info.deadline_ms,
                                     "ranks": info.preempted_ranks, "nodes": info.preempted_node_ids})
             continue
         trainkit.report(metrics)
@@ -185,7 +185,7 @@ class DrainThenReclaim(trainkit.UserCallback):
     def after_report(self, run_context, metrics, checkpoint):
         self.trace.append((run_context.attempt, metrics[0]["step"], sorted({m["ip"] for m in metrics})))
         if run_context.attempt == 0 and self.drain is None and metrics[0]["step"] >= 2:
-            self.drain = self.drain_node()
+            self.drain = {**self.drain_node(), "step": metrics[0]["step"]}
         if metrics[0].get("jit") and checkpoint is not None and self.jit is None:
             self.jit = {"committed": time.time(), "metrics": metrics}
             self.reclaimed = threading.Thread(target=self.reclaim)  # ray start takes seconds: not here

@@ -9,7 +9,11 @@ import pytest
 import _hosts
 
 HEAD, WORKER = f"{_hosts.SUBNET}.1", f"{_hosts.SUBNET}.2"
-DEADLINE_S = 120  # the drain's: what a cloud gives a spot node, give or take
+# The drain's deadline. Clouds give a spot node 30-120 s; the test allows more. Its ranks make no
+# collective call, so nothing keeps them in step: beside two busy loops rank 0 ran ~800 steps ahead of
+# the far rank, had the notice 0.1 s after the drain, and the far rank reached that step (the agreed
+# one) 91-116 s later (3 s on a calm machine). The JIT checkpoint then commits about 1 s after it.
+DEADLINE_S = 300
 
 # Starting the cluster (in the first test) and each scenario's restarts of a host's Ray take minutes on
 # a busy machine: each driver has 800 s (conftest's drive), and a test 1000 s, so the driver's limit
@@ -69,8 +73,10 @@ def test_a_drained_spot_node_gets_a_notice_on_every_rank_the_jit_checkpoint_comm
     deadline_ms = ranks[0]["deadline_ms"]
     assert drain["before"] * 1000 + DEADLINE_S * 1000 - 5 <= deadline_ms <= drain["after"] * 1000 + DEADLINE_S * 1000
     assert jit["committed"] * 1000 < deadline_ms
-    print(f"notice at step {ranks[0]['step']}; JIT checkpoint committed {jit['committed'] - drain['after']:.2f} s "
-          f"after the drain, {deadline_ms / 1000 - jit['committed']:.1f} s before its deadline; replacement host up "
+    noticed = max(r["noticed"] for r in ranks)
+    print(f"drained at step {drain['step']}; notice at step {ranks[0]['step']}, {noticed - drain['after']:.2f} s after "
+          f"the drain (rank 0 {ranks[0]['noticed'] - drain['after']:.2f} s); JIT checkpoint committed {jit['committed'] - noticed:.2f} s after the notice, "
+          f"{deadline_ms / 1000 - jit['committed']:.1f} s before its deadline; replacement host up "
           f"{jit['replaced'] - jit['committed']:.1f} s later, run finished {out['ended'] - jit['replaced']:.1f} s after that")
     # the restart was a preemption (max_failures=0 untouched), from the JIT checkpoint, on both hosts again
     assert [f["type"] for f in out["failures"]] == ["Preempted"], out["failures"]
