@@ -189,12 +189,15 @@ def wandb_records(run_dir):
 
 
 def test_wandb_offline_run_holds_config_metrics_restarts_and_checkpoints(run_config, tmp_path, monkeypatch):
-    pytest.importorskip("wandb")
+    wandb = pytest.importorskip("wandb")
     from trainkit.tracking import WandbCallback
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     result = fit(run_config, [WandbCallback(project="digits")], marker=str(tmp_path / "failed"))  # one restart
+    # run.finish() returns before wandb's service has flushed and closed the run's file (CI read only its
+    # 7-byte header twice); teardown waits for the service to end, closing every file it writes.
+    wandb.teardown()
     history, summary, config = wandb_records(pathlib.Path(result.path))
     loss = [(row["_step"], round(row["loss"], 6)) for row in history if "loss" in row]
     assert loss == [(0, 1.0), (1, 0.5), (2, 0.333333), (3, 0.25)]
