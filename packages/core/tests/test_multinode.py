@@ -57,7 +57,7 @@ def rendezvous_node_when_the_far_rank_starts_it():
     from trainkit import collective
 
     ctx = trainkit.get_context()
-    name = f"trainkit-collective-{ctx.get_experiment_name()}-{ctx.get_attempt()}"
+    name = collective.rendezvous_name(ctx.get_experiment_name(), ctx.get_attempt())
     if ctx.get_world_rank() == 0:
         while True:  # until rank 1 started it (no timing: the test hangs, not passes, if it never does)
             try:
@@ -74,16 +74,15 @@ def rendezvous_node_when_the_far_rank_starts_it():
 
 def test_the_rendezvous_actor_lives_on_the_drivers_node(two_node_cluster, run_config):
     """A collective's actor started by a rank on another node still lives on the driver's node (each
-    node's CPUs all taken: Ray's own choice then leaves the driver's node). A rank's
-    node can be drained, preempted or partitioned away (CI: the actor of a drained spot node's run,
-    placed there by its rank, died with it and failed the next attempt); the driver's cannot without
-    ending the run."""
+    node's CPUs all taken: Ray's own choice then leaves the driver's node). A rank's node can be
+    drained, preempted or partitioned away (CI: the actor of a drained spot node's run, placed there
+    by its rank, died with it and failed the next attempt); the driver's cannot without ending the run."""
     import ray
 
     collect = Collect()
     DataParallelTrainer(rendezvous_node_when_the_far_rank_starts_it,
                         scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 2},
-                                                                 placement_strategy="STRICT_SPREAD"),
+                                                     placement_strategy="STRICT_SPREAD"),
                         run_config=run_config(callbacks=[collect])).fit()
     driver_node = ray.get_runtime_context().get_node_id()
     rows = collect.metrics

@@ -84,6 +84,11 @@ def _exchange(caller: str, value: Any, timeout_s: float) -> dict[int, Any]:
         return ray.get(rendezvous(session).exchange.remote(call, context.world_rank, value, timeout_s))
 
 
+def rendezvous_name(experiment_name: str, attempt: int) -> str:
+    """The Ray name of an attempt's rendezvous actor."""
+    return f"trainkit-collective-{experiment_name}-{attempt}"
+
+
 def rendezvous(session: Any) -> Any:
     """The attempt's rendezvous actor, started by the first rank that needs it, on the driver's node
     whichever rank that is: a rank's node can be drained, preempted or cut off and the attempt go on
@@ -93,7 +98,7 @@ def rendezvous(session: Any) -> Any:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         context = session.context
-        name = f"trainkit-collective-{context.experiment_name}-{context.attempt}"
+        name = rendezvous_name(context.experiment_name, context.attempt)
         where = {} if session.driver_node is None else {
             "scheduling_strategy": NodeAffinitySchedulingStrategy(session.driver_node, soft=False)}
         session.rendezvous = ray.remote(num_cpus=0)(_Rendezvous).options(
