@@ -102,6 +102,47 @@ def test_a_group_of_another_shape_stops_the_prestarted_workers_and_starts_cold(r
     assert spare._spare.shape.num_workers == 1  # the next prestarted group has the last fit's shape
 
 
+def fail_first_attempt(config):
+    attempt = trainkit.get_context().get_attempt()
+    import torch.distributed as dist
+
+    trainkit.report({"pid": os.getpid(), "attempt": attempt})
+    dist.barrier()  # both ranks' reports are in before rank 0 fails
+    if attempt == 0 and trainkit.get_context().get_world_rank() == 0:
+        raise RuntimeError("attempt 0 fails")
+
+
+class StandbyWhileRunning(trainkit.UserCallback):
+    """At each attempt's report (in the driver, the attempt running): the prestarted workers' pids."""
+
+    def __init__(self):
+        self.reports = []
+
+    def after_report(self, run_context, metrics, checkpoint):
+        self.reports.append((metrics, _spare_pids() if spare._spare is not None else None))
+
+
+@pytest.mark.parametrize("max_failures", [1, 0])
+def test_a_run_that_may_restart_keeps_the_next_attempts_workers_ready(ray_cluster, run_config, monkeypatch,
+                                                                      max_failures):
+    monkeypatch.setenv("TRAINKIT_WARM_WORKERS", "1")
+    seen = StandbyWhileRunning()
+    trainer = TorchTrainer(fail_first_attempt, scaling_config=ScalingConfig(num_workers=2), run_config=run_config(
+        callbacks=[seen], failure_config=trainkit.FailureConfig(max_failures=max_failures)))
+    if max_failures == 0:
+        with pytest.raises(trainkit.TrainingFailedError):
+            trainer.fit()
+        ((_, standby),) = seen.reports
+        assert standby is None  # no restart can follow: nothing waits beside the attempt
+        return
+    trainer.fit()
+    (first, standby), (second, last_standby) = seen.reports
+    assert [r["attempt"] for r in first + second] == [0, 0, 1, 1]
+    assert standby is not None and standby.isdisjoint(r["pid"] for r in first)
+    assert {r["pid"] for r in second} == standby  # the restart took the workers that waited
+    assert last_standby is None  # its budget spent, the last attempt prestarts nothing while it runs
+
+
 def test_warm_workers_opt_out(ray_cluster, run_config, monkeypatch):
     monkeypatch.setenv("TRAINKIT_WARM_WORKERS", "0")
     fit(look_around, run_config, {})

@@ -165,6 +165,8 @@ class AttemptRunner:
             marks["launch"] = time.monotonic()
             self._start_marks, self._import_s = marks, [s for s in import_s if s is not None]
             self._record_start_profile()
+            if self._may_restart():
+                group.prestart_next()  # a restart then finds its workers ready
             self.display.update(workers=num_workers)
             outcome = self._watch(group)
             if outcome.error is None and outcome.resize_to is None:
@@ -192,6 +194,11 @@ class AttemptRunner:
             except Exception as exc:  # noqa: BLE001 - the workers' logs are no reason to fail the run
                 self.display.note(f"could not store the workers' logs of attempt {self.state.attempt}: {exc}")
         return outcome
+
+    def _may_restart(self) -> bool:
+        """Whether a failure of this attempt may still be retried (``max_failures`` not spent)."""
+        budget = self.failure_config.max_failures
+        return budget == -1 or self.state.attempt < budget
 
     def _abort(self, backend: Any, group: Any) -> None:
         try:

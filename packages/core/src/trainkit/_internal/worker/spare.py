@@ -9,6 +9,10 @@ time it takes to start a process and import the framework. They hold no resource
 Tune trials and the user's own tasks see the whole machine between fits. Only CPU workers of at
 most one CPU each are prestarted (a GPU worker's devices, and a larger worker's thread count, are
 given to a process as Ray starts it). ``TRAINKIT_WARM_WORKERS=0`` turns it off.
+
+A run that may restart (``max_failures`` left) prestarts them as soon as its attempt has started, so
+that a restart finds them ready (a process start and the framework's import less on every restart);
+they then wait beside the running attempt, at the memory cost of its idle processes.
 """
 
 from __future__ import annotations
@@ -60,8 +64,11 @@ def take(wanted: Shape | None) -> list[Any] | None:
 
 def prestart(wanted: Shape | None, start_actor: Callable[[tuple[str, ...]], Any]) -> None:
     """Start ``wanted``'s workers, each with ``start_actor(prewarm_modules)`` (an actor handle), not
-    waited for."""
+    waited for; those of ``wanted`` started already are kept."""
     global _spare
+    if wanted is not None and _spare is not None and _spare.shape == wanted \
+            and _spare.node is ray_runtime.embedded_node():
+        return
     take(None)
     if wanted is not None:
         actors = [start_actor(wanted.prewarm_modules) for _ in range(wanted.num_workers)]

@@ -38,7 +38,7 @@ class WorkerGroup:
         self.workers = workers
         self._placement_group = placement_group
         self.marks = marks  # when placement, actor start and setup ended (time.monotonic())
-        self._spare_shape = spare_shape  # of the workers to prestart at shutdown, for the next group
+        self._spare_shape = spare_shape  # of the workers to prestart for the next group
 
     @classmethod
     def start(cls, scaling: ScalingConfig, num_workers: int, *, run_name: str, attempt: int,
@@ -217,6 +217,10 @@ class WorkerGroup:
             ray.kill(w.actor, no_restart=True)
         if self._placement_group is not None:
             remove_placement_group(self._placement_group)
+        self.prestart_next()
+
+    def prestart_next(self) -> None:
+        """Prestart the workers of the next group of this shape (the next attempt, the next fit)."""
         spare.prestart(self._spare_shape, lambda modules: _start_actor(modules, **_actor_options({})))
 
 
