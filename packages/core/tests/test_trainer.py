@@ -84,6 +84,37 @@ def test_restart_from_last_committed_checkpoint(ray_cluster, run_config):
     assert "placement" in state["start_profile"] and "ray_start" not in state["start_profile"]  # the restart's
 
 
+def report_placement_then_fail_once():
+    import ray
+
+    from trainkit import collective
+
+    ctx = trainkit.get_context()
+    trainkit.report({"attempt": ctx.get_attempt(), "placement": ray.util.get_current_placement_group().id.hex()})
+    if ctx.get_attempt() == 0 and ctx.get_world_rank() == 0:
+        collective.barrier()  # rank 1's report is in before the attempt fails
+        raise RuntimeError("attempt 0 fails")
+    if ctx.get_attempt() == 0:
+        collective.barrier()
+
+
+def test_a_restart_takes_the_failed_attempts_placement_group_and_the_run_frees_it(ray_cluster, run_config,
+                                                                                  monkeypatch):
+    import ray
+
+    from trainkit._internal.worker import worker_group
+
+    monkeypatch.setenv("TRAINKIT_WARM_WORKERS", "0")  # prestarted workers are in no placement group
+    recorder = Recorder()
+    DataParallelTrainer(report_placement_then_fail_once, scaling_config=TWO, run_config=run_config(
+        callbacks=[recorder], failure_config=FailureConfig(max_failures=1))).fit()
+    (first, _), (second, _) = recorder.reports
+    assert [m["attempt"] for m in first + second] == [0, 0, 1, 1]
+    (placement,) = {m["placement"] for m in first + second}  # the restart waited for no new one
+    assert worker_group._kept_placement is None
+    assert ray.util.placement_group_table()[placement]["state"] == "REMOVED"
+
+
 def test_rerun_with_same_name_resumes(ray_cluster, run_config):
     config = run_config(name="resumable")
     first = DataParallelTrainer(report_with_shards, train_loop_config={"steps": 2}, scaling_config=TWO,

@@ -188,12 +188,19 @@ class AttemptRunner:
                     if not ended_whole:
                         self._abort(backend, group)
                 finally:
-                    group.shutdown(graceful=outcome.error is None and outcome.resize_to is None)
+                    group.shutdown(graceful=outcome.error is None and outcome.resize_to is None,
+                                   keep_placement=outcome.error is not None and self._may_restart())
             try:
                 self.logs.end_attempt()
             except Exception as exc:  # noqa: BLE001 - the workers' logs are no reason to fail the run
                 self.display.note(f"could not store the workers' logs of attempt {self.state.attempt}: {exc}")
         return outcome
+
+    def end_run(self) -> None:
+        """The run ends: the placement group a failed attempt kept for its restart is freed."""
+        from trainkit._internal.worker import worker_group
+
+        worker_group.release_kept_placement()
 
     def _may_restart(self) -> bool:
         """Whether a failure of this attempt may still be retried (``max_failures`` not spent)."""

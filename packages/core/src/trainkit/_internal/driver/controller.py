@@ -184,6 +184,7 @@ class Controller:
                     self.display.note(err.worker_traceback)
                 self._next_attempt()
         finally:
+            runner.end_run()
             self.display.stop()
             self.logs.close()
         return self._finish(attempt)

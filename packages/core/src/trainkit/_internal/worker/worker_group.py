@@ -17,6 +17,28 @@ from trainkit.config import ScalingConfig
 from trainkit.errors import PlacementError
 
 PLACEMENT_TIMEOUT_S = float(os.environ.get("TRAINKIT_PLACEMENT_TIMEOUT_S", "60"))
+# (what it holds, the placement group) of a failed attempt whose run may restart: its restart takes
+# it as it is. A new placement group waits for Ray to return the old one's resources (0.5-0.9 s here).
+_kept_placement: tuple[tuple, Any] | None = None
+
+
+def release_kept_placement() -> None:
+    """Remove the placement group a failed attempt kept for a restart that did not come."""
+    _take_kept_placement(None)
+
+
+def _take_kept_placement(key: tuple | None) -> Any:
+    """The kept placement group when it holds ``key``'s bundles; any other is removed."""
+    global _kept_placement
+    kept, _kept_placement = _kept_placement, None
+    if kept is None:
+        return None
+    if kept[0] == key:
+        return kept[1]
+    from ray.util.placement_group import remove_placement_group
+
+    remove_placement_group(kept[1])
+    return None
 
 
 def _actor_options(resources: dict[str, float]) -> dict[str, Any]:
@@ -34,9 +56,10 @@ class WorkerGroup:
     """Workers of one attempt (``trainkit.backend.WorkerGroup`` says what a backend may call)."""
 
     def __init__(self, workers: list[WorkerInfo], placement_group: Any, marks: dict[str, float],
-                 spare_shape: spare.Shape | None = None):
+                 spare_shape: spare.Shape | None = None, placement_key: tuple | None = None):
         self.workers = workers
         self._placement_group = placement_group
+        self._placement_key = placement_key  # what the placement group holds (see _kept_placement)
         self.marks = marks  # when placement, actor start and setup ended (time.monotonic())
         self._spare_shape = spare_shape  # of the workers to prestart for the next group
 
@@ -64,7 +87,9 @@ class WorkerGroup:
         selectors = [{**(scaling.label_selector or {}), **({tpu.SLICE_NAME: slice_names[i // per_slice]}
                                                           if slice_names else {})} for i in range(num_workers)]
         reserved = None if slice_names or any(selectors) else reserved_bundles(num_workers, resources)
-        pg = reserved.placement_group if reserved else placement_group(
+        key = None if reserved or any(selectors) else (num_workers, tuple(sorted(resources.items())),
+                                                       scaling.placement_strategy)
+        pg = reserved.placement_group if reserved else _take_kept_placement(key) or placement_group(
             [resources] * num_workers, strategy=scaling.placement_strategy,
             **({"bundle_label_selector": selectors} if any(selectors) else {}))
         first_bundle = reserved.first_bundle if reserved else 0
@@ -96,7 +121,7 @@ class WorkerGroup:
             driver_node = ray.get_runtime_context().get_node_id()
             workers = _assign_ranks(actors, infos, lambda info, i: tpu.rank_order(info, slice_names) if slice_names
                                     else (info["node_id"] != driver_node, i))
-            group = cls(workers, None if reserved else pg, marks, spare_shape)  # a trial's reservation stays the trial's
+            group = cls(workers, None if reserved else pg, marks, spare_shape, key)  # a trial's reservation stays the trial's
             num_slices = num_workers // per_slice if scaling.use_tpu else 1
             ray.get([
                 w.actor.setup.remote(
@@ -202,8 +227,10 @@ class WorkerGroup:
     def _single_node(self) -> bool:
         return len({w.node_id for w in self.workers}) == 1
 
-    def shutdown(self, graceful: bool, timeout_s: float = 10.0) -> None:
-        """Stop every worker (running stop hooks first when ``graceful``) and free the placement group."""
+    def shutdown(self, graceful: bool, timeout_s: float = 10.0, keep_placement: bool = False) -> None:
+        """Stop every worker (running stop hooks first when ``graceful``) and free the placement group,
+        or keep it for the next group of the same shape (``keep_placement``: a restart follows)."""
+        global _kept_placement
         import ray
         from ray.util.placement_group import remove_placement_group
 
@@ -215,7 +242,10 @@ class WorkerGroup:
                 pass
         for w in self.workers:
             ray.kill(w.actor, no_restart=True)
-        if self._placement_group is not None:
+        if self._placement_group is not None and keep_placement and self._placement_key is not None:
+            _take_kept_placement(None)
+            _kept_placement = (self._placement_key, self._placement_group)
+        elif self._placement_group is not None:
             remove_placement_group(self._placement_group)
         self.prestart_next()
 
