@@ -190,6 +190,60 @@ def test_a_checkpoint_whose_report_returned_before_an_exception_is_kept(ray_clus
     assert [(line["metrics"]["step"], line["attempt"]) for line in lines] == [(0, 0), (1, 1), (2, 1)]
 
 
+def one_rank_fails_while_its_peer_uploads(config):
+    """Rank 0's report() returns while its ASYNC upload waits for rank 1 to fail, then takes 1 s
+    more; rank 1 reports and fails."""
+    ctx = trainkit.get_context()
+    failing = config["failing_marker"]
+    if ctx.get_attempt() > 0:
+        trainkit.report({"step": 1})
+        return
+
+    def slow_upload(checkpoint, destination):
+        while not os.path.exists(failing):
+            time.sleep(0.01)
+        time.sleep(1.0)  # well past the failure: the upload ends while the driver salvages
+        os.makedirs(destination)
+        open(os.path.join(destination, "state"), "w").write("step 0")
+        return Checkpoint(destination)
+
+    if ctx.get_world_rank() == 0:
+        trainkit.report({"step": 0}, checkpoint=Checkpoint.from_directory(tempfile.mkdtemp()),
+                        checkpoint_upload_mode=trainkit.CheckpointUploadMode.ASYNC, checkpoint_upload_fn=slow_upload)
+        time.sleep(600)  # alive, busy training, until the attempt ends
+    trainkit.report({"step": 0})
+    open(failing, "w").close()
+    raise RuntimeError("rank 1 fails while rank 0 uploads")
+
+
+def test_a_live_peers_upload_of_a_returned_report_commits_after_another_rank_fails(
+        ray_cluster, run_config, tmp_path):
+    """A report() that returned on every rank is not lost to another rank's failure, however long a
+    live rank's background upload of it still takes (up to SALVAGE_S, as the failed rank's own)."""
+    result = DataParallelTrainer(one_rank_fails_while_its_peer_uploads,
+                                 train_loop_config={"failing_marker": str(tmp_path / "failing")},
+                                 scaling_config=TWO, run_config=run_config(
+                                     failure_config=FailureConfig(max_failures=1))).fit()
+    lines = [json.loads(line) for line in open(os.path.join(result.path, "metrics.jsonl"))]
+    assert [(line["metrics"]["step"], line["attempt"]) for line in lines] == [(0, 0), (1, 1)]
+    assert lines[0]["checkpoint"] == "checkpoint_000000"
+
+
+def test_a_drained_ranks_polls_stop_waiting():
+    """After a failure the driver drains the live ranks: a poll waiting there (one that would wait
+    forever here) answers at once, and later ones do not wait."""
+    from trainkit._internal.worker.events import EventQueue
+
+    events, answers = EventQueue(), []
+    waiting = threading.Thread(target=lambda: answers.append(events.take(None, 10)))
+    waiting.start()
+    assert events.close() == []
+    waiting.join(timeout=60)
+    assert not waiting.is_alive() and answers == [[]]
+    events.put("late")
+    assert events.take(None, 10) == ["late"] and events.take(None, 10) == []
+
+
 def test_a_killed_worker_is_named_with_its_last_output(ray_cluster, run_config):
     """An opaque ActorDiedError (the process SIGKILLed, as the OOM killer does) names the rank and
     shows what it printed last."""

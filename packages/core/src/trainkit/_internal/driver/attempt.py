@@ -33,6 +33,7 @@ from trainkit.errors import (ControllerError, FailureKind, PlacementError, Preem
                              WorkerGroupError)
 
 POLL_S = 2.0  # a worker answers a poll at least this often (heartbeat)
+SALVAGE_ANSWER_S = 1.0  # after a failure, how long a live rank may take to hand over what it holds
 ELASTIC_PLACEMENT_S = 10.0  # an elastic start waits this long for more than min_workers, then tries fewer
 TAIL_LINES = 20  # of a dead rank's output, shown in its error
 
@@ -374,17 +375,32 @@ class AttemptRunner:
     def _salvage_reports(self, group: Any, received: list[Received], outstanding: dict[Any, int],
                          failed: int | None) -> None:
         """A rank failed: commit what the other ranks had already reported (a checkpoint whose
-        ``report()`` returned on every rank before the failure is not lost). Waits at most 0.25 s."""
+        ``report()`` returned on every rank before the failure is not lost). Each live rank hands
+        over what it holds (``Worker.drain``) and its poll in flight answers at once; a rank still
+        uploading a returned report's checkpoint gets ``SALVAGE_S`` for it, as a failed rank's own
+        uploads do. Nothing else is waited for: a rank that does not answer within ``SALVAGE_ANSWER_S``
+        is given up."""
         import ray
 
-        pending = {ref: rank for ref, rank in outstanding.items() if rank != failed}
-        pending.update(group.call_each("poll", 0, ranks=[rank for rank in range(len(group)) if rank != failed]))
-        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.25)
-        for ref in ready:
-            try:
-                received.append(Received(pending[ref], ray.get(ref)))
-            except ray.exceptions.RayError:
-                continue
+        def collect(polls: dict[Any, int], drains: dict[Any, int], timeout_s: float) -> list[int]:
+            """The answers' events into ``received``, in order; the ranks still uploading."""
+            uploading, rank_of = [], {**polls, **drains}
+            for ref in ray.wait(list(rank_of), num_returns=len(rank_of), timeout=timeout_s)[0]:
+                try:
+                    events = ray.get(ref)
+                except ray.exceptions.RayError:
+                    continue
+                if ref in drains:
+                    events, still_uploading = events
+                    if still_uploading:
+                        uploading.append(rank_of[ref])
+                received.append(Received(rank_of[ref], events))
+            return uploading
+
+        live = [rank for rank in range(len(group)) if rank != failed]
+        polls = {ref: rank for ref, rank in outstanding.items() if rank != failed}
+        if uploading := collect(polls, group.call_each("drain", 0, ranks=live), SALVAGE_ANSWER_S):
+            collect({}, group.call_each("drain", SALVAGE_S, ranks=uploading), SALVAGE_S + SALVAGE_ANSWER_S)
         index = None
         try:
             with self.reports.batch():

@@ -10,7 +10,6 @@ import importlib
 import inspect
 import os
 import pickle
-import queue
 import signal
 import sys
 import threading
@@ -21,7 +20,7 @@ from typing import Any, Callable
 from trainkit._internal.storage.run_storage import RunStorage
 from trainkit._internal.worker import preemption
 from trainkit._internal.worker.context_types import TrainContext
-from trainkit._internal.worker.events import Failed, Finished, Preempted
+from trainkit._internal.worker.events import EventQueue, Failed, Finished, Preempted
 from trainkit._internal.worker.rank_output import RankOutput
 from trainkit._internal.worker.session import SALVAGE_S, Session, set_session, set_worker_context
 from trainkit.backend import BackendConfig
@@ -71,7 +70,7 @@ class Worker:
         if prewarm_modules:  # overlap the framework's import with the group's setup round trips
             self._prewarm = threading.Thread(target=self._import_all, args=(prewarm_modules,), daemon=True)
             self._prewarm.start()
-        self._events: queue.SimpleQueue = queue.SimpleQueue()
+        self._events = EventQueue()
         self._session: Session | None = None
         self._context: TrainContext | None = None
         self._driver_node: str | None = None  # Ray's id of the driver's node
@@ -183,16 +182,14 @@ class Worker:
     def poll(self, timeout: float) -> list[Any]:
         """Wait up to ``timeout`` s for events and return those ready, at most ``POLL_EVENTS`` (a
         backlog reaches the driver in bounded batches: its memory stays flat)."""
-        try:
-            events = [self._events.get(timeout=timeout)]
-        except queue.Empty:
-            return []
-        while len(events) < POLL_EVENTS:
-            try:
-                events.append(self._events.get_nowait())
-            except queue.Empty:
-                break
-        return events
+        return self._events.take(timeout, POLL_EVENTS)
+
+    def drain(self, uploads_s: float) -> tuple[list[Any], bool]:
+        """The attempt failed elsewhere: what this rank still holds for the driver, once the uploads
+        of reports that already returned were handed over (waiting up to ``uploads_s``), and whether
+        some still run. Polls stop waiting, so the driver's poll in flight answers now."""
+        uploading = self._session is not None and not self._session.wait_for_uploads(uploads_s)
+        return self._events.close(), uploading
 
     def stop(self) -> None:
         set_session(None)

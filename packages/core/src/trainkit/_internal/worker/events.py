@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,3 +50,36 @@ class Preempted:
 
     rank: int
     deadline_ms: int
+
+
+class EventQueue:
+    """A rank's events waiting for the driver's next poll.
+
+    ``close()`` ends the waiting: it wakes a poll that waits now and lets none wait later, so when a
+    failed attempt collects what the live ranks still hold (see ``Worker.drain``), every poll in
+    flight answers at once instead of at its heartbeat timeout.
+    """
+
+    def __init__(self) -> None:
+        self._events: collections.deque = collections.deque()
+        self._ready = threading.Condition(threading.RLock())  # reentrant: the SIGTERM handler puts too
+        self._closed = False
+
+    def put(self, event: Any) -> None:
+        with self._ready:
+            self._events.append(event)
+            self._ready.notify_all()
+
+    def take(self, timeout: float | None, most: int) -> list[Any]:
+        """Up to ``most`` events, waiting up to ``timeout`` s for the first (not once closed)."""
+        with self._ready:
+            self._ready.wait_for(lambda: self._events or self._closed, timeout)
+            return [self._events.popleft() for _ in range(min(most, len(self._events)))]
+
+    def close(self) -> list[Any]:
+        """Every event still here; from now on no ``take`` waits."""
+        with self._ready:
+            self._closed = True
+            self._ready.notify_all()
+            events, self._events = list(self._events), collections.deque()
+            return events

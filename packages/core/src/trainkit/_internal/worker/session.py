@@ -193,10 +193,14 @@ class Session:
         with self._sink_lock:
             self._sink(report)
 
+    def wait_for_uploads(self, timeout_s: float) -> bool:
+        """Whether the background uploads of reports that already returned were handed over within ``timeout_s``."""
+        return not futures.wait(self._pending, timeout=timeout_s).not_done
+
     def salvage(self, timeout_s: float) -> None:
         """The training function failed but this process lives: let the uploads of reports that
         already returned finish (up to ``timeout_s``) so they commit, then drop the rest."""
-        futures.wait(self._pending, timeout=timeout_s)
+        self.wait_for_uploads(timeout_s)
         self.abandon()
 
     def abandon(self) -> None:
