@@ -126,6 +126,7 @@ class StandbyWhileRunning(trainkit.UserCallback):
 def test_a_run_that_may_restart_keeps_the_next_attempts_workers_ready(ray_cluster, run_config, monkeypatch,
                                                                       max_failures):
     monkeypatch.setenv("TRAINKIT_WARM_WORKERS", "1")
+    monkeypatch.setattr(spare, "_fits", 0)  # the driver's only fit: no next fit to prestart for
     seen = StandbyWhileRunning()
     trainer = TorchTrainer(fail_first_attempt, scaling_config=ScalingConfig(num_workers=2), run_config=run_config(
         callbacks=[seen], failure_config=trainkit.FailureConfig(max_failures=max_failures)))
@@ -141,6 +142,25 @@ def test_a_run_that_may_restart_keeps_the_next_attempts_workers_ready(ray_cluste
     assert standby is not None and standby.isdisjoint(r["pid"] for r in first)
     assert {r["pid"] for r in second} == standby  # the restart took the workers that waited
     assert last_standby is None  # its budget spent, the last attempt prestarts nothing while it runs
+
+
+def report_pid(config):
+    trainkit.report({"pid": os.getpid()})
+
+
+def test_fits_in_a_row_prestart_the_next_fits_workers_while_they_run(ray_cluster, run_config, monkeypatch):
+    """The first fit in a driver prestarts at its end; each later one as it starts, so that a fit
+    that follows at once finds its workers' imports done."""
+    monkeypatch.setenv("TRAINKIT_WARM_WORKERS", "1")
+    monkeypatch.setattr(spare, "_fits", 0)
+    seen = StandbyWhileRunning()
+    for _ in range(3):
+        TorchTrainer(report_pid, train_loop_config={}, scaling_config=ScalingConfig(num_workers=2),
+                     run_config=run_config(callbacks=[seen])).fit()
+    (first, during_first), (second, during_second), (third, _) = seen.reports
+    assert during_first is None  # one fit so far: a script's single fit starts nothing beside it
+    assert during_second is not None and during_second.isdisjoint(r["pid"] for r in second)
+    assert {r["pid"] for r in third} == during_second  # the third fit took them
 
 
 def test_warm_workers_opt_out(ray_cluster, run_config, monkeypatch):

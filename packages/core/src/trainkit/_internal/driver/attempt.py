@@ -21,6 +21,7 @@ from trainkit._internal.driver.receiver import EventReceiver, Received
 from trainkit._internal.driver.report_log import ReportLog
 from trainkit._internal.storage.run_logs import LOGS, RunLogs
 from trainkit._internal.storage.run_state import RunState, start_profile
+from trainkit._internal.worker import spare
 from trainkit._internal.worker.actor import call_train_fn, failure_event
 from trainkit._internal.worker.context_types import PreemptionInfo, TrainContext
 from trainkit._internal.worker.events import Failed, Finished, Output, Preempted, Report
@@ -105,6 +106,7 @@ class AttemptRunner:
         self._import_s: list[float] = []
         self._tails: dict[int, deque[str]] = {}  # each rank's last lines of output, this attempt
         self._first_attempt = reports.state.attempt
+        spare.fit_started()
         self._preemption: PreemptionWatch | None = None  # the attempt's
         self._gone: set[int] = set()  # preempted ranks that died while the others went on (relaxed)
 
@@ -166,8 +168,8 @@ class AttemptRunner:
             marks["launch"] = time.monotonic()
             self._start_marks, self._import_s = marks, [s for s in import_s if s is not None]
             self._record_start_profile()
-            if self._may_restart():
-                group.prestart_next()  # a restart then finds its workers ready
+            if self._may_restart() or spare.fits_in_a_row():
+                group.prestart_next()  # a restart, or the next fit of a loop, then finds its workers ready
             self.display.update(workers=num_workers)
             outcome = self._watch(group)
             if outcome.error is None and outcome.resize_to is None:

@@ -12,7 +12,9 @@ given to a process as Ray starts it). ``TRAINKIT_WARM_WORKERS=0`` turns it off.
 
 A run that may restart (``max_failures`` left) prestarts them as soon as its attempt has started, so
 that a restart finds them ready (a process start and the framework's import less on every restart);
-they then wait beside the running attempt, at the memory cost of its idle processes.
+they then wait beside the running attempt, at the memory cost of its idle processes. So does every
+fit after the first in one driver (a notebook, a search loop): the next fit then finds its workers'
+imports done even when it follows at once, as the end of a fit is too late for that.
 """
 
 from __future__ import annotations
@@ -39,6 +41,17 @@ class Spare:
 
 
 _spare: Spare | None = None
+_fits = 0  # fits started in this driver
+
+
+def fit_started() -> None:
+    global _fits
+    _fits += 1
+
+
+def fits_in_a_row() -> bool:
+    """This driver started fits before the current one: more may follow."""
+    return _fits > 1
 
 
 def shape(num_workers: int, resources: dict[str, float], prewarm_modules: tuple[str, ...]) -> Shape | None:
