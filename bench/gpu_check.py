@@ -1,8 +1,9 @@
-"""One GPU check, a small real training run through trainkit on 1 GPU worker (``TorchTrainer`` with
-``use_gpu=True``): ``python bench/gpu_check.py {nccl_ddp,fsdp,lightning_fsdp,deepspeed_zero3}``.
-2 workers where the machine has 2 GPUs, else 1 (NCCL refuses two ranks on one GPU). Exits 0 when
-the run trained on the GPU with the expected strategy. bench/gpu_check.sh installs what these need
-and runs each in turn."""
+"""One GPU check, a small real training run through trainkit on GPU workers:
+``python bench/gpu_check.py {nccl_ddp,fsdp,lightning_fsdp,deepspeed_zero3,jax}``. The torch checks
+run ``TorchTrainer`` with ``use_gpu=True``; ``jax`` runs ``JaxTrainer`` with ``use_gpu=True`` (jax
+sees a GPU in the worker, a jitted MLP trains there). 2 workers where the machine has 2 GPUs, else 1
+(NCCL refuses two ranks on one GPU). Exits 0 when the run trained on the GPU with the expected
+strategy. bench/gpu_check.sh installs what these need and runs each in turn."""
 
 import sys
 import tempfile
@@ -82,25 +83,68 @@ def _lightning_fsdp():
         tkl.prepare_trainer(trainer).fit(BoringModel(), ckpt_path=ckpt_path)
 
 
+def _jax():
+    import os
+
+    import jax
+    import jax.numpy as jnp
+
+    if os.environ.get("GPU_CHECK_JAX_PLATFORM"):  # diagnosis: replaces the jax_platforms trainkit_jax set
+        jax.config.update("jax_platforms", os.environ["GPU_CHECK_JAX_PLATFORM"])
+    device = jax.devices()[0]
+    if jax.default_backend() != "gpu" or device.platform != "gpu":
+        raise RuntimeError(f"jax runs on {jax.default_backend()}, not a GPU: {jax.devices()}")
+    x = jax.random.normal(jax.random.PRNGKey(0), (64, 16))
+    y = x.sum(axis=1, keepdims=True)
+    k1, k2 = jax.random.split(jax.random.PRNGKey(1))
+    params = {"w1": jax.random.normal(k1, (16, 64)) * 0.25, "b1": jnp.zeros(64),
+              "w2": jax.random.normal(k2, (64, 1)) * 0.125, "b2": jnp.zeros(1)}
+
+    def loss_fn(p):
+        return jnp.mean((jnp.maximum(x @ p["w1"] + p["b1"], 0) @ p["w2"] + p["b2"] - y) ** 2)
+
+    @jax.jit
+    def step(p):
+        loss, grads = jax.value_and_grad(loss_fn)(p)
+        return jax.tree_util.tree_map(lambda a, g: a - 0.01 * g, p, grads), loss
+
+    losses = []
+    for _ in range(20):
+        params, loss = step(params)
+        losses.append(float(loss))
+    leaf = jax.tree_util.tree_leaves(params)[0]
+    trainkit.report({"wrapped": "jax.jit", "backend": jax.default_backend(), "device": str(device),
+                     "device_kind": device.device_kind, "on": str(next(iter(leaf.devices()))),
+                     "jax_platforms": jax.config.jax_platforms, "processes": jax.process_count(),
+                     "first_loss": losses[0], "last_loss": losses[-1]})
+
+
 CHECKS = {
     "nccl_ddp": (_torch_run("ddp"), lambda m: m["wrapped"] == "DistributedDataParallel"),
     "fsdp": (_torch_run("fsdp"), lambda m: m["wrapped"] == "FullyShardedDataParallel"),
     "deepspeed_zero3": (_deepspeed_zero3, lambda m: m["wrapped"] == "zero3"),
     "lightning_fsdp": (_lightning_fsdp, lambda m: m.get("epoch") == 1),
+    "jax": (_jax, lambda m: m["backend"] == "gpu" and m["processes"] == min(2, gpu_count())),
 }
 
 
 def main(name: str) -> None:
     fn, expected = CHECKS[name]
+    if name == "jax":
+        from trainkit_jax import JaxTrainer as trainer_cls
+    else:
+        trainer_cls = TorchTrainer
     with tempfile.TemporaryDirectory() as storage:
-        result = TorchTrainer(fn, scaling_config=trainkit.ScalingConfig(num_workers=min(2, gpu_count()), use_gpu=True),
-                              run_config=trainkit.RunConfig(name=name, storage_path=storage, verbose=0)).fit()
+        result = trainer_cls(fn, scaling_config=trainkit.ScalingConfig(num_workers=min(2, gpu_count()), use_gpu=True),
+                             run_config=trainkit.RunConfig(name=name, storage_path=storage, verbose=0)).fit()
         metrics = result.metrics or {}
         trained = "last_loss" not in metrics or metrics["last_loss"] < metrics["first_loss"]
-        on_gpu = metrics.get("device", "cuda").startswith("cuda") and metrics.get("backend", "nccl") == "nccl"
+        on_gpu = name == "jax" or (metrics.get("device", "cuda").startswith("cuda")
+                                   and metrics.get("backend", "nccl") == "nccl")
         if not (expected(metrics) and trained and on_gpu and (name != "lightning_fsdp" or result.checkpoint)):
             sys.exit(f"unexpected result: {metrics}")
-        shown = ("wrapped", "backend", "device", "first_loss", "last_loss", "epoch")
+        shown = ("wrapped", "backend", "device", "device_kind", "on", "jax_platforms", "first_loss", "last_loss",
+                 "epoch")
         print({k: metrics[k] for k in shown if k in metrics})
 
 
