@@ -84,13 +84,9 @@ def _lightning_fsdp():
 
 
 def _jax():
-    import os
-
     import jax
     import jax.numpy as jnp
 
-    if os.environ.get("GPU_CHECK_JAX_PLATFORM"):  # diagnosis: replaces the jax_platforms trainkit_jax set
-        jax.config.update("jax_platforms", os.environ["GPU_CHECK_JAX_PLATFORM"])
     device = jax.devices()[0]
     if jax.default_backend() != "gpu" or device.platform != "gpu":
         raise RuntimeError(f"jax runs on {jax.default_backend()}, not a GPU: {jax.devices()}")

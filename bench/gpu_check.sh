@@ -17,8 +17,7 @@
 #       requirements, which the plugin loader checks the framework against). GPU_CHECK_PACKAGES
 #       points at another copy of packages/ (e.g. a `git archive` of a commit).
 #   GPU_CHECK_TIMEOUT (70) seconds per check; GPU_CHECKS picks checks ("nccl_ddp jax"); GPU_CHECK_LOGS,
-#   a folder for each check's whole output (<check>.log); GPU_CHECK_JAX_PLATFORM (e.g. cuda), for diagnosis,
-#   replaces the jax_platforms that trainkit_jax set before the jax check's first jax.devices().
+#   a folder for each check's whole output (<check>.log).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 

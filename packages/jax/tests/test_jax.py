@@ -112,3 +112,16 @@ def test_restore_puts_leaves_back_into_the_template(tmp_path):
     restored = restore(template, io.load_from_directory(str(tmp_path)))
     assert isinstance(restored["opt"], State) and int(restored["opt"].count) == 5
     assert np.array_equal(restored["opt"].mu["w"], np.ones(2))
+
+
+def test_gpu_workers_ask_jax_for_the_gpu_platform_its_installed_plugin_drives(tmp_path, monkeypatch):
+    """JAX expands jax_platforms="gpu" to every GPU platform it knows and fails on a missing one
+    (seen on an H200 with jax 0.11: "Unable to initialize backend 'rocm'"): the worker names the
+    platform of the plugin that is installed."""
+    from trainkit_jax.backend import _gpu_platform
+
+    dist_info = tmp_path / "jax_cuda13_plugin-0.11.2.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: jax-cuda13-plugin\nVersion: 0.11.2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert _gpu_platform() == "cuda"

@@ -12,10 +12,19 @@ from trainkit import Backend
 from trainkit_jax.config import JaxConfig
 
 
+def _gpu_platform() -> str:
+    """JAX's name for the GPUs its installed plugin drives. "gpu" would ask for every GPU platform JAX
+    knows (cuda, rocm, ...), and JAX fails on the first one whose plugin is not installed."""
+    from importlib import metadata
+
+    names = {(dist.metadata["Name"] or "").lower().replace("_", "-") for dist in metadata.distributions()}
+    return next((p for p in ("cuda", "rocm") if any(n.startswith(f"jax-{p}") for n in names)), "gpu")
+
+
 def _initialize(coordinator: str, platform: str, timeout_s: float) -> None:
     import jax
 
-    jax.config.update("jax_platforms", platform)
+    jax.config.update("jax_platforms", _gpu_platform() if platform == "gpu" else platform)
     if platform == "cpu":
         try:  # cross-process collectives on CPUs (the default from JAX 0.5 on; absent before 0.4.27)
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
