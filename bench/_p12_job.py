@@ -1,6 +1,8 @@
 """The P12 job: the P1 job's training fitted FITS times in one driver (a notebook, an HPO loop).
 
-    python bench/_p12_job.py trainkit|raytrain OUT FITS    # writes OUT/fits.json: seconds per fit
+    python bench/_p12_job.py trainkit|raytrain OUT FITS [PAUSE]    # writes OUT/fits.json: seconds per fit
+
+PAUSE: seconds the driver waits between fits, not counted (a notebook's user reading a result).
 """
 
 from __future__ import annotations
@@ -40,9 +42,12 @@ def raytrain_fit(out: str, index: int) -> None:
 
 if __name__ == "__main__":
     mode, out, fits = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    pause = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
     fit = {"trainkit": trainkit_fit, "raytrain": raytrain_fit}[mode]
     seconds = []
     for index in range(fits):
+        if index:
+            time.sleep(pause)
         start = time.perf_counter()
         fit(out, index)
         seconds.append(time.perf_counter() - start)

@@ -4,8 +4,10 @@ one driver, against torchrun's cold start of the same job (a new process each ti
 has no other way); then each side's whole-tree memory over 3 fits.
 
     python bench/p12_warm_fits.py [--fits 20] [--torchrun-runs 5] [--raytrain-fits 5] [--no-raytrain]
+                                  [--pause 5]
 
-Target (issue 31): a warm fit (2..N) <= 0.5x torchrun's cold start.
+Target (issue 31): a warm fit (2..N) <= 0.5x torchrun's cold start. "trainkit" fits back to back (a
+search loop); "trainkit paused" waits ``--pause`` s between fits, not counted (a notebook).
 """
 
 from __future__ import annotations
@@ -24,15 +26,16 @@ from _common import peak_memory, save, summarize, timed  # noqa: E402
 from p1_cold_start import ENV, command, role  # noqa: E402
 
 JOB = str(Path(__file__).parent / "_p12_job.py")
-SIDES = {"trainkit": ("trainkit", {}), "trainkit cold": ("trainkit", {"TRAINKIT_WARM_WORKERS": "0"}),
-         "raytrain": ("raytrain", {})}
+SIDES = {"trainkit": ("trainkit", {}), "trainkit paused": ("trainkit", {}),
+         "trainkit cold": ("trainkit", {"TRAINKIT_WARM_WORKERS": "0"}), "raytrain": ("raytrain", {})}
 
 
-def fits_in_one_driver(side: str, fits: int) -> list[float]:
+def fits_in_one_driver(side: str, fits: int, pause: float) -> list[float]:
     mode, env = SIDES[side]
     out = tempfile.mkdtemp(prefix="p12-")
     try:
-        timed([sys.executable, JOB, mode, out, str(fits)], env={**ENV, **env}, timeout=3600)
+        timed([sys.executable, JOB, mode, out, str(fits), str(pause if side == "trainkit paused" else 0)],
+              env={**ENV, **env}, timeout=3600)
         return json.loads(Path(out, "fits.json").read_text())
     finally:
         shutil.rmtree(out, ignore_errors=True)
@@ -65,6 +68,7 @@ def main() -> None:
     parser.add_argument("--raytrain-fits", type=int, default=5, help="Ray Train's fits take ~25 s each")
     parser.add_argument("--no-raytrain", action="store_true")
     parser.add_argument("--no-memory", action="store_true")
+    parser.add_argument("--pause", type=float, default=5.0, help="seconds between the paused side's fits")
     args = parser.parse_args()
     sides = [s for s in SIDES if not (args.no_raytrain and s == "raytrain")]
     torchrun = summarize(torchrun_cold(args.torchrun_runs))
@@ -72,17 +76,18 @@ def main() -> None:
           f"max {torchrun['max']:.2f}, n={torchrun['n']})")
     per_fit, ratios = {}, {}
     for side in sides:
-        per_fit[side] = seconds = fits_in_one_driver(side, args.raytrain_fits if side == "raytrain" else args.fits)
+        per_fit[side] = seconds = fits_in_one_driver(side, args.raytrain_fits if side == "raytrain" else args.fits,
+                                                     args.pause)
         later = statistics.median(seconds[1:])
         ratios[side] = later / torchrun["median"]
-        print(f"P12 {side:13s} fit 1 {seconds[0]:.2f} s, fits 2..{len(seconds)} median {later:.2f} s "
+        print(f"P12 {side:15s} fit 1 {seconds[0]:.2f} s, fits 2..{len(seconds)} median {later:.2f} s "
               f"(min {min(seconds[1:]):.2f}, max {max(seconds[1:]):.2f}): {ratios[side]:.2f}x torchrun's cold start"
               + (" (target <= 0.5)" if side == "trainkit" else ""))
         print(f"    per fit: {' '.join(f'{s:.2f}' for s in seconds)}")
-    mem = {} if args.no_memory else {side: memory(side) for side in sides}
+    mem = {} if args.no_memory else {side: memory(side) for side in sides if side != "trainkit paused"}
     for side, found in mem.items():
         rss = found["peak_rss_mib"]
-        print(f"P12 memory {side:13s} (3 fits) whole tree peak PSS {found['peak_total_pss_mib']:.0f} MiB; driver "
+        print(f"P12 memory {side:15s} (3 fits) whole tree peak PSS {found['peak_total_pss_mib']:.0f} MiB; driver "
               f"{rss['driver'][0]:.0f} MiB, workers {rss.get('worker', [])} MiB peak RSS")
     print(f"results: {save('p12_warm_fits', {'torchrun': torchrun, 'per_fit': per_fit, 'ratios': ratios, 'memory': mem})}")
 

@@ -19,7 +19,9 @@ class TorchConfig(BackendConfig):
         timeout_s: collective timeout; a collective stuck longer fails with an error.
     """
 
-    prewarm_modules: ClassVar[tuple[str, ...]] = ("torch", "torch.distributed", "torch.nn.parallel")
+    # torch._dynamo: DistributedDataParallel's constructor imports it (about 800 modules, as long as
+    # torch's own import); imported ahead, it is off the training function's path
+    prewarm_modules: ClassVar[tuple[str, ...]] = ("torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo")
 
     backend: str | None = None
     init_method: str = "env"
