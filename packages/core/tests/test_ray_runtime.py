@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import trainkit
 from trainkit.testing import subprocesses
 
 SCRIPT = """
@@ -134,3 +135,17 @@ def test_embedded_workers_import_pydantic_only_when_used(ray_cluster):
 
     assert ray_cluster.get(imported.remote([1]), timeout=60) is False
     assert ray_cluster.get(shifted.remote(Point(x=1)), timeout=60) == Point(x=2)
+
+
+def report_priority():
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.nice(0))"], capture_output=True, text=True)
+    trainkit.report({"nice": os.nice(0), "child_nice": int(child.stdout)})
+
+
+def test_the_embedded_clusters_workers_run_at_the_drivers_priority(ray_cluster, run_config):
+    """Ray starts its workers at nice 15, so a rank lost to any busy process sharing its CPU cgroup
+    (no autogroup: containers, pods, services). The ranks, and the processes they start (a launched
+    script, data loaders), run at the driver's priority, as torchrun's do."""
+    result = trainkit.DataParallelTrainer(report_priority, scaling_config=trainkit.ScalingConfig(num_workers=1),
+                                          run_config=run_config()).fit()
+    assert result.metrics == {"nice": os.nice(0), "child_nice": os.nice(0)}
