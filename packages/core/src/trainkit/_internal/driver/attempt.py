@@ -52,6 +52,18 @@ class AttemptResult:
                        resize_to=self.resize_to, preempted=isinstance(self.error, PreemptionError))
 
 
+def _cut_off_a_node(error: TrainingFailedError, group: Any) -> bool:
+    """Whether the failure leaves a node of ``group`` unfit for the restart: lost, preempted, or cut off
+    (a rank unreachable before Ray marks its node dead). A kept placement group would place a worker
+    of the restart there again, to die as Ray marks the node dead."""
+    import ray
+
+    failures = getattr(error, "worker_failures", None) or {}
+    return (isinstance(error, PreemptionError)
+            or any(isinstance(exc, ray.exceptions.ActorUnavailableError) for exc in failures.values())
+            or any(node_lost(node_id) for node_id in {w.node_id for w in group.workers}))
+
+
 def _training_error(event: Failed) -> TrainingFailedError:
     error = WorkerGroupError(
         f"rank {event.rank} raised {event.type_name}: {event.message}\n\nWorker traceback:\n{event.traceback}",
@@ -192,7 +204,8 @@ class AttemptRunner:
                         self._abort(backend, group)
                 finally:
                     group.shutdown(graceful=outcome.error is None and outcome.resize_to is None,
-                                   keep_placement=outcome.error is not None and self._may_restart())
+                                   keep_placement=outcome.error is not None and self._may_restart()
+                                   and not _cut_off_a_node(outcome.error, group))
             try:
                 self.logs.end_attempt()
             except Exception as exc:  # noqa: BLE001 - the workers' logs are no reason to fail the run
