@@ -344,3 +344,24 @@ def test_ray_train_error_names_tell_worker_from_driver_failures(ray_cluster, run
                             run_config=run_config(callbacks=[FailingCallback()])).fit()
     assert isinstance(controller_error.value.controller_failure, KeyError)
     assert isinstance(controller_error.value, trainkit.TrainingFailedError)
+
+
+def test_a_restart_keeps_the_failed_attempts_placement_only_while_its_nodes_are_fit(ray_cluster):
+    """A restart reuses the failed attempt's placement group (0.5-0.9 s less than a new one) unless the
+    failure cut a node off: an unreachable rank (its node not yet marked dead), a preemption, a node
+    Ray's table marks dead. tests/multihost partitions a real host for the first."""
+    import ray
+    from types import SimpleNamespace
+
+    from trainkit._internal.driver.attempt import _cut_off_a_node
+    from trainkit._internal.worker.context_types import PreemptionInfo
+    from trainkit.errors import PreemptionError, WorkerGroupError
+
+    live = SimpleNamespace(workers=[SimpleNamespace(node_id=ray.get_runtime_context().get_node_id())])
+    raised = WorkerGroupError("rank 1 raised ValueError", {1: ValueError("bad batch")}, rank=1)
+    killed = WorkerGroupError("rank 1 died", {1: ray.exceptions.ActorDiedError()}, rank=1)
+    cut_off = WorkerGroupError("rank 1 is unreachable", {1: ray.exceptions.ActorUnavailableError("cut", None)}, rank=1)
+    assert not _cut_off_a_node(raised, live) and not _cut_off_a_node(killed, live)
+    assert _cut_off_a_node(cut_off, live) and _cut_off_a_node(PreemptionError(PreemptionInfo(None, {"n": [1]})), live)
+    gone = SimpleNamespace(workers=[SimpleNamespace(node_id="ff" * 28)])  # in no node table: not known dead
+    assert not _cut_off_a_node(raised, gone)
