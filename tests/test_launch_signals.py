@@ -163,7 +163,8 @@ SURVIVOR_SCRIPT = textwrap.dedent('''
 def test_a_failed_attempts_other_ranks_get_sigterm_then_sigkill_after_the_grace_every_time(tmp_path):
     """3 attempts in a row (--max-failures 2): the surviving rank's SIGTERM handler runs every time, a restart's
     as the first's; in the last it ignores SIGTERM and is SIGKILLed no sooner than --shutdown-timeout later.
-    torchrun does the same."""
+    torchrun sends the same signals, but SIGKILLs the last survivor after its own 30 s whatever
+    --shutdown-timeout says (torch 2.13, measured): most of this test's time."""
     script = tmp_path / "survivor.py"
     script.write_text(SURVIVOR_SCRIPT)
     for name, command in launchers(tmp_path, script, "--shutdown-timeout", "3", restarts=2).items():
