@@ -5,10 +5,13 @@ session's, or to the end), with its outcome and how many of the machine's cores 
 waits on timers, sleeps or the network). Works with any nox version: it reads only that line
 and nox's ``Session ... was successful`` / ``failed`` line."""
 
+from __future__ import annotations
+
 import os
 import re
 import sys
 import time
+from dataclasses import dataclass
 
 START = re.compile(r"nox > Running session (.+)$")
 OUTCOME = re.compile(r"nox > Session (.+?) (was successful|failed|skipped|aborted)")
@@ -24,29 +27,44 @@ def busy_cpu_s() -> float:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
+@dataclass
+class Session:
+    name: str
+    began: tuple[float, float]  # (time.monotonic(), busy_cpu_s()) at its start
+    ended: tuple[float, float] | None = None  # the same at its end; None while it runs
+    outcome: str = "?"
+
+    def span(self, end: tuple[float, float]) -> tuple[float, float]:
+        """(wall s, busy CPU-s) from its start to its end, or to ``end`` while it runs."""
+        (began, busy_began), (ended, busy_ended) = self.began, self.ended or end
+        return ended - began, busy_ended - busy_began
+
+
+def now() -> tuple[float, float]:
+    return time.monotonic(), busy_cpu_s()
+
+
 def main() -> None:
-    sessions: list[list] = []  # [name, began, ended, outcome, busy CPU-s when it began, when it ended]
+    sessions: list[Session] = []
     for line in sys.stdin:
         sys.stdout.write(line)
         sys.stdout.flush()
-        now = time.monotonic()
         if match := START.search(line.rstrip("\n")):
-            busy = busy_cpu_s()
-            if sessions and sessions[-1][2] is None:
-                sessions[-1][2], sessions[-1][5] = now, busy
-            sessions.append([match.group(1), now, None, "?", busy, None])
+            if sessions and sessions[-1].ended is None:
+                sessions[-1].ended = now()
+            sessions.append(Session(match.group(1), now()))
         elif (match := OUTCOME.search(line)) and sessions:
-            sessions[-1][2], sessions[-1][5] = now, busy_cpu_s()
-            sessions[-1][3] = "ok" if match.group(2) == "was successful" else match.group(2)
-    end, end_busy = time.monotonic(), busy_cpu_s()
+            sessions[-1].ended = now()
+            sessions[-1].outcome = "ok" if match.group(2) == "was successful" else match.group(2)
     if not sessions:
         return
-    total = sum((ended or end) - began for _, began, ended, *_ in sessions)
+    end = now()
+    total = sum(session.span(end)[0] for session in sessions)
     print(f"\n== wall time per session ({total / 60:.1f} min in all; cores busy of {os.cpu_count()}) ==")
-    for name, began, ended, outcome, busy_began, busy_ended in sorted(sessions, key=lambda s: s[1] - (s[2] or end)):
-        seconds = (ended or end) - began
-        cores = ((busy_ended or end_busy) - busy_began) / max(seconds, 1e-9)
-        print(f"{seconds / 60:6.1f} min  {seconds / total:4.0%}  {outcome:6s}  {cores:4.1f}  {name}")
+    for session in sorted(sessions, key=lambda s: -s.span(end)[0]):
+        wall, busy = session.span(end)
+        print(f"{wall / 60:6.1f} min  {wall / total:4.0%}  {session.outcome:6s}  {busy / max(wall, 1e-9):4.1f}  "
+              f"{session.name}")
 
 
 if __name__ == "__main__":
