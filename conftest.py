@@ -1,7 +1,11 @@
 # trainkit's own fixtures (ray_cluster, run_config, processes) for every test directory of this repository.
 import importlib.metadata
 import os
+import runpy
 import sys
+import time
+
+import pytest
 
 pytest_plugins = ["trainkit.testing", "pytester"]
 
@@ -31,3 +35,25 @@ def pytest_collection_finish(session):
         from trainkit.testing import subprocesses
 
         subprocesses.run([sys.executable, "-c", _BUILD_OPS], check=True, timeout=1800)
+
+
+# The CPU each test costs, beside --durations' wall time: under load a test slows by its CPU, not by
+# its waits (timeouts, sleeps). The machine's busy CPU-seconds, as CI's session table counts them.
+_busy_cpu_s = runpy.run_path(os.path.join(os.path.dirname(__file__), ".ci", "session_times.py"))["busy_cpu_s"]
+_CPU_PER_TEST: list[tuple[float, float, str]] = []  # (busy CPU-s, wall s, test)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    began, busy = time.monotonic(), _busy_cpu_s()
+    yield
+    _CPU_PER_TEST.append((_busy_cpu_s() - busy, time.monotonic() - began, item.nodeid))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _CPU_PER_TEST:
+        return
+    total = sum(cpu for cpu, _, _ in _CPU_PER_TEST)
+    terminalreporter.write_sep("=", f"most CPU: the machine's busy CPU-s while each test ran ({total:.0f} in all)")
+    for cpu, wall, test in sorted(_CPU_PER_TEST, reverse=True)[:10]:
+        terminalreporter.write_line(f"{cpu:7.1f} CPU-s {wall:7.1f} s  {test}")
