@@ -1,5 +1,6 @@
 import json
 import os
+from pathlib import Path
 
 import pytest
 from trainkit import Checkpoint, CheckpointCorruptError, TrainkitWarning
@@ -186,3 +187,49 @@ def test_what_a_run_relies_on_is_one_entry_per_filesystem_type(tmp_path, monkeyp
     monkeypatch.setitem(table.BY_TYPE, "py::faulty-local", table.Capabilities(local_paths=True, exclusive_create="link"))
     result = fit("as-local-disk")  # no warning: TrainkitWarning fails a test that does not expect it
     assert result.checkpoint is not None and not (tmp_path / "runs" / "as-local-disk" / "metrics.jsonl.d").exists()
+
+
+LATE_WRITER = """
+import os, sys, time
+folder, started = sys.argv[1], sys.argv[2]
+for i in range(10**9):  # a rank of an earlier attempt still uploading: a file every millisecond
+    time.sleep(0.001)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, f"part-{i}"), "wb") as f:
+            f.write(b"x")
+    except OSError:  # the sweep took the folder meanwhile
+        continue
+    if i == 100:
+        open(started, "w").close()
+"""
+
+
+def test_a_sweep_racing_a_late_writer_never_fails_and_the_next_one_cleans_up(storage, tmp_path):
+    """A rank cut off (or not stopped yet) may still write into its attempt's temporary folder while
+    the next attempt sweeps: the folder cannot go while files keep arriving (ENOTEMPTY: a run failed
+    so under load in CI). The sweep leaves it, with a warning, instead of failing the run; the next
+    sweep, the writer gone, deletes it."""
+    import subprocess
+    import sys
+    import time
+    import warnings
+
+    commit(storage, tmp_path, "checkpoint_000000", 0)
+    late = storage.tmp_checkpoint_path("checkpoint_000001", 0, 1)
+    # what it wrote so far: deleting it all takes a while, for the writer to add more
+    make_dir(Path(late), {f"shard-{i}": b"x" for i in range(3000)})
+    started = tmp_path / "started"
+    writer = subprocess.Popen([sys.executable, "-c", LATE_WRITER, late, str(started)])
+    try:
+        while not started.exists():
+            assert writer.poll() is None
+            time.sleep(0.01)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TrainkitWarning)  # "... is left for the next sweep"
+            storage.sweep(["checkpoint_000000"])  # never raises (it raised ENOTEMPTY)
+    finally:
+        writer.kill()
+        writer.wait()
+    storage.sweep(["checkpoint_000000"])
+    assert sorted(os.listdir(storage.run_path)) == ["checkpoint_000000"]

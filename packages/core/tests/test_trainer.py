@@ -170,6 +170,8 @@ def test_backend_config_context_wraps_the_training_thread(ray_cluster, run_confi
 
 
 def raise_right_after_a_checkpoint(config):
+    from trainkit import collective
+
     ctx = trainkit.get_context()
     checkpoint = trainkit.get_checkpoint()
     start = 0 if checkpoint is None else int(checkpoint.path.rsplit("_", 1)[1]) + 1
@@ -179,6 +181,8 @@ def raise_right_after_a_checkpoint(config):
                 f.write(os.urandom(32 << 20))  # hashing it outlasts the raise below
             trainkit.report({"step": step, "attempt": ctx.get_attempt()}, checkpoint=Checkpoint.from_directory(tmp))
         if ctx.get_attempt() == 0:
+            # once every rank's report() returned (a loaded machine once let rank 1 raise before rank 0 reported)
+            collective.barrier()
             raise RuntimeError("right after report() returned")
 
 

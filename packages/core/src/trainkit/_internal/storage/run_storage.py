@@ -28,6 +28,7 @@ pyarrow is imported lazily, so ``import trainkit`` stays light.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import posixpath
@@ -35,6 +36,7 @@ import re
 import shutil
 import stat
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +50,7 @@ from trainkit._internal.storage import strict_json
 from trainkit._internal.storage.capabilities import capabilities
 from trainkit._internal.storage.retry import with_retries
 from trainkit._internal.storage.untrusted import describe, open_regular, stored_name, stored_relpath
-from trainkit.errors import CheckpointCorruptError, LinkInCheckpointError, NotRegularFileError
+from trainkit.errors import CheckpointCorruptError, LinkInCheckpointError, NotRegularFileError, StorageError
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -58,6 +60,7 @@ METADATA = ".metadata.json"
 STATE = "run_state.json"
 METRICS = "metrics.jsonl"
 TMP_PREFIX = ".tmp-"
+DEBRIS_RETRY_S = (0.1, 0.5)  # a sweep tries a folder a late writer keeps filling again after these
 QUARANTINE = ".quarantine"  # checkpoints with a damaged manifest, kept for the user
 _CHUNK = 8 << 20
 _UNHASHED = {MANIFEST, METADATA}  # the manifest can't hash itself; metadata stays editable
@@ -622,26 +625,43 @@ class RunStorage:
             elif _exists(self.fs, posixpath.join(info.path, MANIFEST)):
                 if quarantined := self._quarantine(info.path):
                     swept.append(quarantined)
-            else:
-                self.delete_dir(info.path)
+            elif self._delete_debris(info.path):
                 swept.append(info.base_name)
         swept += self._roll_forward([i.path for i in entries if i.type == _file_type().Directory
                                      and i.base_name.startswith(TMP_PREFIX)], recorded)
         for info in entries:
-            if info.type == _file_type().Directory and info.base_name.startswith(TMP_PREFIX) and _exists(self.fs, info.path):
-                self.delete_dir(info.path)
+            if (info.type == _file_type().Directory and info.base_name.startswith(TMP_PREFIX) and _exists(self.fs, info.path)
+                    and self._delete_debris(info.path)):
                 swept.append(info.base_name)
         self.swept_dirs = frozenset({i.base_name for i in entries if i.type == _file_type().Directory} - set(swept)
                                     | set(recorded))  # rolled forward or not, a recorded name is taken
         return swept
+
+    def _delete_debris(self, path: str) -> bool:
+        """Delete a folder no manifest names; False when it is left for the next sweep: a rank of an
+        earlier attempt (cut off, or not stopped yet) still adds files to it, so it cannot go yet.
+        A late writer never fails the run that sweeps after it."""
+        for retry_s in (*DEBRIS_RETRY_S, None):
+            try:
+                self.delete_dir(path)
+                return True
+            except StorageError as exc:
+                if exc.errno != errno.ENOTEMPTY:
+                    raise
+                if retry_s is not None:
+                    time.sleep(retry_s)
+        from trainkit._internal.display import warn
+
+        warn(f"{path} is still being written (a rank of an earlier attempt, cut off or still stopping); "
+             "it is never loaded, and is left for the next sweep")
+        return False
 
     def _sweep_other_attempts(self, checkpoint_path: str, manifest: dict[str, Any]) -> list[str]:
         """Delete the attempt folders in a committed checkpoint that its manifest does not name."""
         swept = []
         for info in self._list(checkpoint_path):
             if (info.type == _file_type().Directory and _ATTEMPT_DIR.fullmatch(info.base_name)
-                    and info.base_name != manifest.get("data")):
-                self.delete_dir(info.path)
+                    and info.base_name != manifest.get("data") and self._delete_debris(info.path)):
                 swept.append(posixpath.relpath(info.path, self.run_path))
         return swept
 
