@@ -65,12 +65,15 @@ def test_two_workers_report_and_commit(ray_cluster, run_config, capfd):
 
 
 def crash_once_then_resume(config):
+    from trainkit import collective
+
     ctx = trainkit.get_context()
     for step in range(resume_step(), 4):
         report_step(step, {"step": step, "attempt": ctx.get_attempt()}, rank0_only=True)
-        if step == 1 and ctx.get_attempt() == 0 and ctx.get_world_rank() == 1:
-            time.sleep(0.5)  # report() returned 0.5 s ago: that checkpoint must survive
-            os._exit(1)  # the process dies, as on an OOM kill
+        if step == 1 and ctx.get_attempt() == 0:
+            collective.barrier()  # report 1 returned on every rank: that checkpoint must survive
+            if ctx.get_world_rank() == 1:
+                os._exit(1)  # the process dies, as on an OOM kill
 
 
 def test_restart_from_last_committed_checkpoint(ray_cluster, run_config):
