@@ -285,6 +285,8 @@ class StallsAtFirstReport(trainkit.UserCallback):
 
 
 def dies_while_the_driver_is_busy(config):
+    from trainkit import collective
+
     ctx = trainkit.get_context()
     for step in range(resume_step(), 3):
         if step == 0 and ctx.get_attempt() == 0 and ctx.get_world_rank() == 1:
@@ -294,9 +296,10 @@ def dies_while_the_driver_is_busy(config):
             while not os.path.exists(config["busy_marker"]):
                 time.sleep(0.01)
         print(f"rank {ctx.get_world_rank()} finished step {step}")
-        if step == 1 and ctx.get_attempt() == 0 and ctx.get_world_rank() == 1:
-            time.sleep(0.5)  # report 1 returned and the line was printed 0.5 s ago
-            os._exit(1)
+        if step == 1 and ctx.get_attempt() == 0:
+            collective.barrier()  # report 1 returned on every rank, and the line was printed
+            if ctx.get_world_rank() == 1:
+                os._exit(1)
 
 
 def test_what_a_rank_sent_before_it_died_reaches_the_driver_even_while_the_driver_is_busy(
