@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import trainkit
-from trainkit import FailureConfig, ScalingConfig
+from trainkit import FailureConfig, ScalingConfig, collective
 from trainkit_jax import JaxCheckpointIO, JaxConfig, JaxTrainer, restore
 
 
@@ -74,8 +74,10 @@ def regression_fn(config):
         w, first = np.asarray(state["w"]), state["epoch"] + 1
     w = jax.make_array_from_callback(w.shape, NamedSharding(mesh, P()), lambda index: w[index])
     for epoch in range(first, 4):
-        if epoch == 2 and context.get_attempt() == 0 and context.get_world_rank() == 1:
-            raise RuntimeError("injected failure")
+        if epoch == 2 and context.get_attempt() == 0:
+            collective.barrier()  # epoch 1's report returned on every rank: it commits
+            if context.get_world_rank() == 1:
+                raise RuntimeError("injected failure")
         for _ in range(10):
             w, loss = step(w, xs, ys)
         host = np.asarray(w.addressable_data(0))

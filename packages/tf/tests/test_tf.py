@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import trainkit
-from trainkit import FailureConfig, ScalingConfig, TrainingFailedError
+from trainkit import FailureConfig, ScalingConfig, TrainingFailedError, collective
 from trainkit_tf import KerasCheckpointIO, TensorflowConfig, TensorflowTrainer, fit_loop, prepare_dataset_shard
 
 STEPS = 4
@@ -45,8 +45,10 @@ def train_fn(config):
 
     class Fail(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
-            if epoch == config.get("fail_at") and context.get_attempt() == 0 and context.get_world_rank() == 1:
-                raise RuntimeError("injected failure")
+            if epoch == config.get("fail_at") and context.get_attempt() == 0:
+                collective.barrier()  # the last epoch's report returned on every rank: it commits
+                if context.get_world_rank() == 1:
+                    raise RuntimeError("injected failure")
 
     callbacks = [Fail(), ReportCallback(metrics=["loss"])]
     kwargs = {"epochs": config["epochs"], "steps_per_epoch": STEPS, "initial_epoch": initial_epoch,
