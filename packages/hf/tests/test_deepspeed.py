@@ -57,6 +57,7 @@ def deepspeed_fn(config):
     y = x.sum(dim=1, keepdim=True)
     for step in range(start, STEPS):
         if step == FAIL_AT and trainkit.get_context().get_attempt() == 0:
+            trainkit.collective.barrier()  # what every rank reported so far commits, however slow a rank
             raise RuntimeError("planned failure")
         loss = torch.nn.functional.mse_loss(engine(x), y)
         engine.backward(loss)

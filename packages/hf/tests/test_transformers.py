@@ -36,6 +36,7 @@ def train_fn(config):
     class FailOnce(transformers.TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
             if state.global_step == config.get("fail_at_step") and trainkit.get_context().get_attempt() == 0:
+                trainkit.collective.barrier()  # what every rank reported so far commits, however slow a rank
                 raise RuntimeError(f"planned failure at step {state.global_step}")
 
     fields = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}
