@@ -275,6 +275,7 @@ class Partition(trainkit.UserCallback):
     def __init__(self, cluster: Cluster, markers: str, storage):
         self.cluster, self.markers, self.storage, self.cut_error = cluster, markers, storage, None
         self.zombie_files: list[str] = []
+        self.started, self.events = time.time(), []  # (s since the fit started, what happened)
         self.thread = threading.Thread(target=self.cut, daemon=True)
         self.thread.start()
 
@@ -283,12 +284,18 @@ class Partition(trainkit.UserCallback):
             while not os.path.exists(os.path.join(self.markers, "held")):
                 time.sleep(0.05)
             self.cluster.set_partition(self.cluster.hosts[1], cut=True)
+            self.event("cut")
         except Exception as exc:  # noqa: BLE001 - reported to the test
             self.cut_error = repr(exc)
 
+    def event(self, what: str) -> None:
+        self.events.append((round(time.time() - self.started, 2), what))
+
     def after_report(self, run_context, metrics, checkpoint):
+        self.event(f"report {metrics[0]}" + (" committed" if checkpoint is not None else ""))
         if metrics[0] == {"step": HOLD_AT, "attempt": 1} and checkpoint is not None:
             open(os.path.join(self.markers, "release"), "w").close()
+            self.event("released")
         if metrics[0] == {"step": HOLD_AT + 2, "attempt": 1}:  # its ranks saw zombie-done before this
             self.zombie_files = stray(self.storage)
 
@@ -323,7 +330,9 @@ def fence(cluster: Cluster, options: dict) -> dict:
                                            for name in sorted(os.listdir(directory)) if name.startswith("rank")}
     return {"failures": state["failures"], "checkpoints": checkpoints, "cut_error": partition.cut_error,
             "zombie_done": os.path.exists(os.path.join(markers, "zombie-done")),
-            "zombie_files": partition.zombie_files, "left": stray(storage)}  # swept by the end of the run
+            "zombie_files": partition.zombie_files, "left": stray(storage),  # swept by the end of the run
+            "events": sorted(partition.events + [(round(f["time"] - partition.started, 2), f"attempt {f['attempt']} failed")
+                                                 for f in state["failures"]])}
 
 
 # -- steps/s with and without link latency (tc netem, or the NFQUEUE delayer) -------------------

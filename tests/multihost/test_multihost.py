@@ -101,6 +101,7 @@ def test_a_partitioned_hosts_late_upload_never_overwrites_a_committed_checkpoint
         hosts.stop_host(hosts.hosts[1])
         hosts.start_ray(hosts.hosts[1])
         raise
+    print("events (s since fit):", out["events"])
     assert out["cut_error"] is None and out["zombie_done"], out
     [failure] = out["failures"]
     assert failure["type"] == "WorkerDied" and failure["rank"] == 1, failure

@@ -67,6 +67,21 @@ def _cut_off_a_node(error: TrainingFailedError, group: Any) -> bool:
         return True
 
 
+def _unreachable_nodes(error: TrainingFailedError, group: Any) -> frozenset[str]:
+    """Nodes, other than the driver's, where a rank stopped answering (``ActorUnavailableError``): a
+    network cut, which Ray notices only after its health checks (~30 s) and may never notice if it heals.
+    The restart places no worker there: Ray 2.60 may send a placement group's bundle request to such a
+    node and wait for its answer until the placement times out (seen 3 in 10 restarts across a real
+    partition, tests/multihost)."""
+    import ray
+
+    failures = getattr(error, "worker_failures", None) or {}
+    nodes = {w.world_rank: w.node_id for w in group.workers}
+    driver_node = ray.get_runtime_context().get_node_id()  # a process of its own node is never cut off from it
+    return frozenset(nodes[rank] for rank, exc in failures.items()
+                     if isinstance(exc, ray.exceptions.ActorUnavailableError) and nodes.get(rank, driver_node) != driver_node)
+
+
 def _training_error(event: Failed) -> TrainingFailedError:
     error = WorkerGroupError(
         f"rank {event.rank} raised {event.type_name}: {event.message}\n\nWorker traceback:\n{event.traceback}",
@@ -124,6 +139,7 @@ class AttemptRunner:
         spare.fit_started()
         self._preemption: PreemptionWatch | None = None  # the attempt's
         self._gone: set[int] = set()  # preempted ranks that died while the others went on (relaxed)
+        self._avoid_nodes: frozenset[str] = frozenset()  # the last attempt's unreachable nodes: the next one avoids them
 
     @property
     def state(self) -> RunState:
@@ -140,10 +156,10 @@ class AttemptRunner:
                                   attempt=self.state.attempt, storage=self.storage,
                                   env={**_forwarded_env(), **(self.debug_relay.env if self.debug_relay else {}),
                                        "TRAINKIT_VERBOSE": str(self.display.verbose)},
-                                  prewarm_modules=self.backend_config.prewarm_modules)
+                                  prewarm_modules=self.backend_config.prewarm_modules, avoid_nodes=self._avoid_nodes)
         if not scaling.elastic:
             return start(scaling.max_workers)
-        fit = lambda: elastic.workers_that_fit(scaling.worker_resources)  # noqa: E731
+        fit = lambda: elastic.workers_that_fit(scaling.worker_resources, avoid_nodes=self._avoid_nodes)  # noqa: E731
         n = max(scaling.min_workers, min(scaling.max_workers, size or fit()))
         while True:
             try:
@@ -201,7 +217,10 @@ class AttemptRunner:
                                                 f"{type(exc).__name__}: {exc}", exc, error_type=type(exc).__qualname__)
                 outcome.error.__cause__ = exc
         finally:
+            self._avoid_nodes = frozenset()
             if group is not None:
+                if outcome.error is not None:
+                    self._avoid_nodes = _unreachable_nodes(outcome.error, group)
                 try:
                     if not ended_whole:
                         self._abort(backend, group)

@@ -66,11 +66,12 @@ class WorkerGroup:
     @classmethod
     def start(cls, scaling: ScalingConfig, num_workers: int, *, run_name: str, attempt: int,
               storage: Any, env: dict[str, str] | None = None, prewarm_modules: tuple[str, ...] = (),
-              placement_timeout_s: float | None = None) -> "WorkerGroup":
+              placement_timeout_s: float | None = None, avoid_nodes: frozenset[str] = frozenset()) -> "WorkerGroup":
         """``num_workers`` actors, placed within ``placement_timeout_s`` (default
-        ``TRAINKIT_PLACEMENT_TIMEOUT_S``, 60 s) or PlacementError."""
+        ``TRAINKIT_PLACEMENT_TIMEOUT_S``, 60 s) or PlacementError; none on ``avoid_nodes`` (unless the
+        user's ``label_selector`` names nodes itself, or a Tune trial's reservation is placed already)."""
         import ray
-        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.placement_group import NODE_ID_LABEL_KEY, placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         timeout_s = placement_timeout_s or PLACEMENT_TIMEOUT_S
@@ -87,6 +88,9 @@ class WorkerGroup:
         selectors = [{**(scaling.label_selector or {}), **({tpu.SLICE_NAME: slice_names[i // per_slice]}
                                                           if slice_names else {})} for i in range(num_workers)]
         reserved = None if slice_names or any(selectors) else reserved_bundles(num_workers, resources)
+        avoided = sorted(avoid_nodes) if not reserved and not any(NODE_ID_LABEL_KEY in s for s in selectors) else []
+        if avoided:
+            selectors = [{**s, NODE_ID_LABEL_KEY: f"!in({','.join(avoided)})"} for s in selectors]
         key = None if reserved or any(selectors) else (num_workers, tuple(sorted(resources.items())),
                                                        scaling.placement_strategy)
         pg = reserved.placement_group if reserved else _take_kept_placement(key) or placement_group(
@@ -103,7 +107,9 @@ class WorkerGroup:
             raise PlacementError(
                 f"could not place {num_workers} workers with {resources} each "
                 f"({scaling.placement_strategy}) within {timeout_s:.0f} s; the cluster has "
-                f"{ray.available_resources()} available. Lower num_workers or resources_per_worker."
+                f"{ray.available_resources()} available"
+                + (f"; left out: node(s) {', '.join(n[:12] for n in avoided)}, where a rank of the last attempt "
+                   "stopped answering" if avoided else "") + ". Lower num_workers or resources_per_worker."
             ) from None
         finally:
             for claim in claims:  # the workers' bundles now hold the slices
