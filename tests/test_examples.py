@@ -1,23 +1,10 @@
 """The GBDT, Lightning, JAX and Tune examples, end to end on 2 CPU workers."""
 
-import os
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
-from trainkit.testing import subprocesses
-
-EXAMPLES = Path(__file__).parents[1] / "examples"
-
-
-def run_example(name, storage):
-    """Run ``examples/<name>.py`` with its runs under ``storage``; its stdout."""
-    out = subprocesses.run([sys.executable, str(EXAMPLES / f"{name}.py")], capture_output=True, text=True,
-                           timeout=300, env={**os.environ, "TRAINKIT_STORAGE_PATH": str(storage)})
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout
+from repo_scripts import run_example
 
 
 @pytest.mark.parametrize("name", ["xgboost_breast_cancer", "lightgbm_breast_cancer"])

@@ -3,37 +3,15 @@ tests/ray_train_scripts/ (each asserts its own success), and Ray's own torch_lin
 
 import ast
 import importlib.util
-import os
 import shutil
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from trainkit.testing import subprocesses
+from repo_scripts import SCRIPTS, migrate, ray_train_uses, run_script
 
-SCRIPTS = Path(__file__).parent / "ray_train_scripts"
 NAMES = sorted(p.stem for p in SCRIPTS.glob("*.py"))
-
-
-def migrate(*paths: Path) -> None:
-    """``trainkit migrate --write`` on ``paths``; it must rewrite everything."""
-    out = subprocesses.run([sys.executable, "-m", "trainkit.cli", "migrate", "--write", *map(str, paths)],
-                           capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and not out.stderr, out.stderr
-
-
-def ray_train_uses(source: str) -> list[str]:
-    """The ``ray.train`` imports and attribute chains left in ``source``."""
-    left = []
-    for node in ast.walk(ast.parse(source)):
-        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                 [node.module or ""] if isinstance(node, ast.ImportFrom) else
-                 [ast.unparse(node)] if isinstance(node, ast.Attribute) else [])
-        left += [name for name in names if (name + ".").startswith("ray.train.")]
-    return left
 
 
 def missing_frameworks(script: Path) -> list[str]:
@@ -44,13 +22,6 @@ def missing_frameworks(script: Path) -> list[str]:
     imported |= {node.module.split(".")[0] for node in ast.parse(script.read_text()).body
                  if isinstance(node, ast.ImportFrom) and node.module and not node.level}
     return sorted(m for m in imported if importlib.util.find_spec(m) is None)
-
-
-def run_script(script: Path, *args: str) -> subprocess.CompletedProcess:
-    """Run ``script`` in its own folder, its runs under ``results`` beside it."""
-    env = {**os.environ, "TRAINKIT_STORAGE_PATH": str(script.parent / "results"), "TRAINKIT_VERBOSE": "0"}
-    return subprocesses.run([sys.executable, script.name, *args], env=env, capture_output=True, text=True,
-                            timeout=240, cwd=script.parent)
 
 
 @pytest.fixture(scope="module")

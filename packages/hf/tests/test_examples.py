@@ -2,20 +2,11 @@
 CPU workers, and Ray Train's Transformers and Accelerate scripts after `trainkit migrate` (here, not in
 tests/: trainkit-hf stays out of the shared integration environment, see its pyproject)."""
 
-import importlib.util
-import os
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
-from trainkit.testing import subprocesses
-
-ROOT = Path(__file__).parents[3]
-_spec = importlib.util.spec_from_file_location("ray_train_compat", ROOT / "tests" / "test_ray_train_compat.py")
-ray_train_compat = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ray_train_compat)
+from repo_scripts import run_example, run_migrated_script
 
 
 @pytest.mark.parametrize("name, epochs, min_accuracy, checkpoints", [
@@ -24,11 +15,9 @@ _spec.loader.exec_module(ray_train_compat)
     ("deepspeed_digits", 6, 0.9, 2),  # CheckpointConfig(num_to_keep=2)
 ])
 def test_example_trains_on_2_workers(tmp_path, name, epochs, min_accuracy, checkpoints):
-    out = subprocesses.run([sys.executable, str(ROOT / "examples" / f"{name}.py")], capture_output=True, text=True,
-                           timeout=300, env={**os.environ, "TRAINKIT_STORAGE_PATH": str(tmp_path)})
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert f"epochs: {epochs}" in out.stdout
-    accuracy = float(re.search(r"held-out accuracy: ([0-9.]+)", out.stdout).group(1))
+    stdout = run_example(name, tmp_path)
+    assert f"epochs: {epochs}" in stdout
+    accuracy = float(re.search(r"held-out accuracy: ([0-9.]+)", stdout).group(1))
     print(f"{name} held-out accuracy: {accuracy:.3f}")
     assert accuracy > min_accuracy
     (run,) = tmp_path.iterdir()
@@ -37,4 +26,4 @@ def test_example_trains_on_2_workers(tmp_path, name, epochs, min_accuracy, check
 
 @pytest.mark.parametrize("name", ["transformers_text", "accelerate_torch"])
 def test_ray_train_script_runs_after_migration(tmp_path, name):
-    ray_train_compat.run_migrated_script(name, tmp_path)  # each script asserts its own success
+    run_migrated_script(name, tmp_path)  # each script asserts its own success
