@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from trainkit._internal.cluster.net import free_ports
+from trainkit._internal.worker import spare
 from trainkit.config import RunConfig
 
 _names = itertools.count()
@@ -160,6 +161,9 @@ def no_leaked_processes() -> Iterator[None]:
         return [p for p in me.children(recursive=True) if p.pid not in before and alive(p) and not _ray_owned(p)]
 
     yield
+    # trainkit's warm workers for the next fit are no leak, but new processes whenever Ray's idle pool had
+    # none to give them (a busy machine): stopped first, then waited for like the rest
+    spare.take(None)
     left = _wait_until_gone(new_processes)
     if left:
         names = []
