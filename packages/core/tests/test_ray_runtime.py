@@ -149,3 +149,23 @@ def test_the_embedded_clusters_workers_run_at_the_drivers_priority(ray_cluster, 
     result = trainkit.DataParallelTrainer(report_priority, scaling_config=trainkit.ScalingConfig(num_workers=1),
                                           run_config=run_config()).fit()
     assert result.metrics == {"nice": os.nice(0), "child_nice": os.nice(0)}
+
+
+def test_drivers_starting_at_once_share_one_whole_private_token(tmp_path):
+    """Six first drivers on a machine make Ray's token at the same moment: each reads the same
+    non-empty token right after, and the file is 0600."""
+    race = ("import os, sys, time\n"
+            "from trainkit._internal.cluster import ray_runtime\n"
+            "while not os.path.exists(sys.argv[1]): time.sleep(0.001)\n"
+            "ray_runtime._private_auth_token()\n"
+            "print(open(os.path.expanduser('~/.ray/auth_token')).read())\n")
+    go = tmp_path / "go"
+    env = {**os.environ, "HOME": str(tmp_path)}
+    env.pop("RAY_AUTH_TOKEN", None)
+    racers = [subprocesses.start([sys.executable, "-c", race, str(go)], env=env, stdout=subprocess.PIPE, text=True)
+              for _ in range(6)]
+    go.touch()
+    tokens = {racer.communicate(timeout=120)[0].strip() for racer in racers}
+    assert len(tokens) == 1 and "" not in tokens, tokens
+    assert (tmp_path / ".ray" / "auth_token").stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in (tmp_path / ".ray").iterdir()] == ["auth_token"]  # no partial file left

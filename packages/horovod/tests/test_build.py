@@ -38,3 +38,27 @@ def test_a_cached_wheel_is_reused_without_building(tmp_path, monkeypatch):
 def test_bad_pin_names_the_expected_form(pin):
     with pytest.raises(SystemExit, match="expected 'horovod==<version>'"):
         build._parse(pin)
+
+
+def test_a_second_prepare_waits_for_the_first_build_and_reuses_its_wheel(tmp_path, monkeypatch):
+    """While one environment builds (holding the entry's lock), another waits, then installs that wheel."""
+    import fcntl
+    import threading
+
+    monkeypatch.setenv("TRAINKIT_HOROVOD_CACHE", str(tmp_path))
+    built = []
+    monkeypatch.setattr(build, "build", lambda *a: built.append(a))
+    python = f"cp{build.sys.version_info.major}{build.sys.version_info.minor}"
+    key = tmp_path / f"horovod-0.28.1-torch-{build._torch_version()}-{python}"
+    key.mkdir()
+    found = []
+    with open(key / ".lock", "w") as first_build:
+        fcntl.flock(first_build, fcntl.LOCK_EX)
+        second = threading.Thread(target=lambda: found.append(build.ensure_wheel("0.28.1")))
+        second.start()
+        second.join(timeout=1)
+        assert second.is_alive() and not built  # waiting on the first build, not building
+        wheel = key / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
+        wheel.touch()
+    second.join(timeout=60)
+    assert found == [wheel] and not built

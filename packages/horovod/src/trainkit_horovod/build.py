@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import fcntl
 import glob
 import os
 import re
@@ -107,13 +108,18 @@ def ensure_wheel(version: str) -> Path:
     """The cached wheel of ``horovod==version`` for this torch and Python, built on a miss."""
     key = f"horovod-{version}-torch-{_torch_version()}-cp{sys.version_info.major}{sys.version_info.minor}"
     entry = cache_dir() / key
-    found = sorted(entry.glob("horovod-*.whl"))
-    if found:
-        print(f"trainkit_horovod.build: cached {found[0]}", flush=True)
-        return found[0]
-    print(f"trainkit_horovod.build: building horovod {version} for torch {_torch_version()} "
-          f"(a few minutes) into {entry}", flush=True)
-    return build(version, entry)
+    entry.mkdir(parents=True, exist_ok=True)
+    # one build per entry: a second environment being prepared at the same time (CI's sessions run
+    # side by side) waits for the first's wheel instead of building it again
+    with open(entry / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        found = sorted(entry.glob("horovod-*.whl"))
+        if found:
+            print(f"trainkit_horovod.build: cached {found[0]}", flush=True)
+            return found[0]
+        print(f"trainkit_horovod.build: building horovod {version} for torch {_torch_version()} "
+              f"(a few minutes) into {entry}", flush=True)
+        return build(version, entry)
 
 
 def main(argv: list[str] | None = None) -> None:

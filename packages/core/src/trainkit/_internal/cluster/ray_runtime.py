@@ -175,14 +175,20 @@ def _private_auth_token() -> None:
         return
     path = _get_default_token_path()
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        if path.stat().st_uid == os.getuid() and path.stat().st_mode & 0o077:
-            path.chmod(0o600)
-        return
-    with os.fdopen(fd, "w") as f:
-        f.write(generate_new_authentication_token())
+    if not path.exists():
+        # written whole beside it, then linked into place: drivers starting at the same moment find
+        # one token, whole, never an empty file
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(generate_new_authentication_token())
+        try:
+            os.link(partial, path)
+        except FileExistsError:
+            pass
+        finally:
+            partial.unlink()
+    if path.stat().st_uid == os.getuid() and path.stat().st_mode & 0o077:
+        path.chmod(0o600)
 
 
 def _hide_worker_pool_warning() -> None:

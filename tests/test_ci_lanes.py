@@ -1,0 +1,97 @@
+""".ci/lanes.py runs real nox sessions (of a noxfile written here) side by side: each session's output
+whole, a table of outcomes, a failed session fails the run, and a signal ends every running
+session's processes."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from trainkit.testing import subprocesses
+
+LANES = Path(__file__).parents[1] / ".ci" / "lanes.py"
+
+NOXFILE = textwrap.dedent('''
+    import os, signal, subprocess, sys, time
+    from pathlib import Path
+    import nox
+
+    HERE = Path(__file__).parent
+
+    def _meet(me, other):
+        """Marks that ``me`` runs, then waits until ``other`` runs too: proof they run side by side."""
+        (HERE / me).write_text(os.environ["TMPDIR"])
+        while not (HERE / other).exists():
+            time.sleep(0.05)
+
+    @nox.session(venv_backend="none")
+    def first(session):
+        _meet("first", "second")
+        for i in range(20):
+            print(f"first line {i}", flush=True)
+
+    @nox.session(venv_backend="none")
+    def second(session):
+        _meet("second", "first")
+        for i in range(20):
+            print(f"second line {i}", flush=True)
+
+    @nox.session(venv_backend="none")
+    def broken(session):
+        session.error("broken on purpose")
+
+    @nox.session(venv_backend="none")
+    def stuck(session):
+        # a grandchild that ignores SIGTERM: only SIGKILL to the session's group ends it
+        code = ("import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                "open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)")
+        subprocess.run([sys.executable, "-c", code, str(HERE / "stuck.pid")])
+''')
+
+
+@pytest.fixture
+def noxfile_dir(tmp_path):
+    (tmp_path / "noxfile.py").write_text(NOXFILE)
+    return tmp_path
+
+
+def test_sessions_run_side_by_side_each_output_whole_and_a_failure_fails_the_run(noxfile_dir):
+    done = subprocess.run([sys.executable, str(LANES), "--lanes", "2", "first", "second", "broken"],
+                          cwd=noxfile_dir, capture_output=True, text=True, timeout=280)
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr
+    for name in ("first", "second"):  # each block holds its own lines, and only those
+        block = out.split(f"==== {name}: ok", 1)[1].split(f"end of {name} ", 1)[0]
+        assert [line for line in block.splitlines() if " line " in line] == [f"{name} line {i}" for i in range(20)]
+    # side by side, each in its lane's own TMPDIR
+    assert (noxfile_dir / "first").read_text() != (noxfile_dir / "second").read_text()
+    table = out.split("== wall time per session", 1)[1]
+    outcomes = {line.split()[-1]: line for line in table.splitlines()[1:] if line.strip()}
+    assert "ok" in outcomes["first"] and "ok" in outcomes["second"] and "failed (1)" in outcomes["broken"]
+
+
+def test_a_signal_ends_every_running_sessions_processes(noxfile_dir):
+    lanes = subprocesses.start([sys.executable, str(LANES), "--lanes", "2", "stuck"], cwd=noxfile_dir,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        pid_file = noxfile_dir / "stuck.pid"
+        deadline = time.monotonic() + 300  # a bound on a hang, not a speed assumption
+        while not pid_file.exists():
+            assert lanes.poll() is None, lanes.communicate()[0]
+            assert time.monotonic() < deadline, "the stuck session started no grandchild in 300 s"
+            time.sleep(0.05)
+        grandchild = psutil.Process(int(pid_file.read_text()))
+        os.kill(lanes.pid, signal.SIGTERM)
+        out, _ = lanes.communicate(timeout=120)
+        assert lanes.returncode == 128 + signal.SIGTERM, out
+        assert "stopped by signal 15: ended stuck" in out
+        grandchild.wait(timeout=30)  # ended with its group (it ignores SIGTERM: by SIGKILL)
+        assert not grandchild.is_running()
+    finally:
+        subprocesses.end(lanes)
