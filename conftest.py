@@ -2,9 +2,6 @@
 import importlib.metadata
 import os
 import sys
-import time
-
-import pytest
 
 pytest_plugins = ["trainkit.testing", "pytester"]
 
@@ -34,39 +31,3 @@ def pytest_collection_finish(session):
         from trainkit.testing import subprocesses
 
         subprocesses.run([sys.executable, "-c", _BUILD_OPS], check=True, timeout=1800)
-
-
-# The CPU each test costs, beside --durations' wall time: under load a test slows by its CPU, not by
-# its waits (timeouts, sleeps). This process tree's: CI runs other sessions beside this one.
-def _tree_cpu_s() -> float:
-    """CPU-seconds of this process, its descendants and the descendants they reaped."""
-    import psutil
-
-    me = psutil.Process()
-    total = 0.0
-    for process in [me, *me.children(recursive=True)]:
-        try:
-            times = process.cpu_times()
-        except psutil.Error:
-            continue
-        total += times.user + times.system + times.children_user + times.children_system
-    return total
-
-
-_CPU_PER_TEST: list[tuple[float, float, str]] = []  # (CPU-s, wall s, test)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    began, cpu = time.monotonic(), _tree_cpu_s()
-    yield
-    _CPU_PER_TEST.append((_tree_cpu_s() - cpu, time.monotonic() - began, item.nodeid))
-
-
-def pytest_terminal_summary(terminalreporter):
-    if not _CPU_PER_TEST:
-        return
-    total = sum(cpu for cpu, _, _ in _CPU_PER_TEST)
-    terminalreporter.write_sep("=", f"most CPU: the CPU-s of the test process and its descendants per test ({total:.0f} in all)")
-    for cpu, wall, test in sorted(_CPU_PER_TEST, reverse=True)[:10]:
-        terminalreporter.write_line(f"{cpu:7.1f} CPU-s {wall:7.1f} s  {test}")

@@ -8,8 +8,8 @@ divides the CPU between process sessions, so one session gets a third of two cor
 loops. Each session runs as ``nox -s NAME`` in a process session of its own, with a ``TMPDIR`` of its
 lane's (its pytest directories, its Ray clusters' files apart from the others').
 
-A session's output is printed whole when it ends, after a header with its outcome, wall time and the
-CPU time of its processes; while sessions run, a line every few minutes names them and their last
+A session's output is printed whole when it ends, after a header with its outcome and wall time;
+while sessions run, a line every few minutes names them and their last
 output line. At the end: a table of every session, longest first. Exit status 1 if any failed. On
 SIGINT, SIGTERM or SIGHUP every running session's process group is ended (TERM, then KILL)."""
 
@@ -37,7 +37,6 @@ class Session:
     lane: int = 0
     started: float = 0.0
     ended: float | None = None
-    cpu_s: float = 0.0
     outcome: str = "not run"
     log: Path | None = None
     process: subprocess.Popen | None = field(default=None, repr=False)
@@ -71,19 +70,19 @@ class Lanes:
         return 0 if all(s.outcome == "ok" for s in self.sessions) else 1
 
     def _lane(self, lane: int) -> None:
-        tmp = Path(f"/tmp/ci{lane}")  # short: Ray's unix socket paths below it must fit in 107 characters
         while True:
             with self.lock:
                 if self.stopping or not self.queue:
                     return
                 session = self.queue.pop(0)
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(mode=0o700)
-            self._run(session, lane, tmp)
-            shutil.rmtree(tmp, ignore_errors=True)
+            tmp = _short_dir()
+            try:
+                self._run(session, lane, tmp)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
 
     def _run(self, session: Session, lane: int, tmp: Path) -> None:
-        session.lane, session.started, session.log = lane, time.monotonic(), tmp.parent / f"ci{lane}.log"
+        session.lane, session.started, session.log = lane, time.monotonic(), tmp / "nox.log"
         command = [sys.executable, "-m", "nox", "-s", session.name]
         if self.pytest_args:
             command += ["--", *self.pytest_args]
@@ -95,18 +94,14 @@ class Lanes:
                                                    stderr=subprocess.STDOUT, start_new_session=True,
                                                    env={**os.environ, "TMPDIR": str(tmp)})
             print(f"[{self._clock()}] lane {lane}: {session.name}", flush=True)
-            _, status, usage = os.wait4(session.process.pid, 0)
+            code = session.process.wait()
         session.ended = time.monotonic()
-        session.cpu_s = usage.ru_utime + usage.ru_stime
-        code = os.waitstatus_to_exitcode(status)
         session.outcome = "ok" if code == 0 else f"failed ({code})"
         with self.lock:  # one session's output at a time, whole
-            wall = session.wall_s(session.ended)
-            print(f"\n{'=' * 20} {session.name}: {session.outcome}, {wall / 60:.1f} min, "
-                  f"{session.cpu_s / 60:.1f} CPU-min (lane {lane}) {'=' * 20}", flush=True)
+            print(f"\n{'=' * 20} {session.name}: {session.outcome}, {session.wall_s(session.ended) / 60:.1f} min "
+                  f"(lane {lane}) {'=' * 20}", flush=True)
             sys.stdout.write(session.log.read_text(errors="replace"))
             print(f"{'=' * 20} end of {session.name} {'=' * 20}\n", flush=True)
-        session.log.unlink(missing_ok=True)
 
     def _clock(self) -> str:
         return f"{(time.monotonic() - self.began) / 60:5.1f} min"
@@ -116,14 +111,13 @@ class Lanes:
         for s in self.sessions:
             if s.started and s.ended is None and s.log:
                 print(f"[{self._clock()}] lane {s.lane}: {s.name} running {s.wall_s(now) / 60:.1f} min; "
-                      f"last line: {_last_line(s.log)}", flush=True)
+                      f"last line: {_tail(s.log, 1)[:160]}", flush=True)
 
     def _table(self) -> None:
         now = time.monotonic()
-        print(f"\n== wall time per session ({(now - self.began) / 60:.1f} min in all, {self.lanes} at a time; "
-              "CPU: the session's processes) ==")
+        print(f"\n== wall time per session ({(now - self.began) / 60:.1f} min in all, {self.lanes} at a time) ==")
         for s in sorted(self.sessions, key=lambda s: -s.wall_s(now)):
-            print(f"{s.wall_s(now) / 60:6.1f} min {s.cpu_s / 60:6.1f} CPU-min  {s.outcome:11s} {s.name}")
+            print(f"{s.wall_s(now) / 60:6.1f} min  lane {s.lane}  {s.outcome:11s} {s.name}")
         failed = [s.name for s in self.sessions if s.outcome != "ok"]
         print(f"failed or not run: {', '.join(failed)}" if failed else "every session passed", flush=True)
 
@@ -131,9 +125,9 @@ class Lanes:
         """Ends every running session's process group: SIGTERM, then SIGKILL after GRACE_S."""
         with self.lock:
             self.stopping = True
-            running = [s for s in self.sessions if s.process and s.ended is None]
-        names = ", ".join(s.name for s in running) or "nothing"
-        running = [s.process for s in running]
+            ended = [s for s in self.sessions if s.process and s.ended is None]
+        names = ", ".join(s.name for s in ended) or "nothing"
+        running = [s.process for s in ended]
         for process in running:
             _signal_group(process.pid, signal.SIGTERM)
         deadline = time.monotonic() + GRACE_S
@@ -142,7 +136,23 @@ class Lanes:
         for process in running:
             _signal_group(process.pid, signal.SIGKILL)
         print(f"\n== stopped by signal {signum}: ended {names}", flush=True)
+        for s in ended:
+            print(f"{'=' * 20} the last lines of {s.name} {'=' * 20}\n{_tail(s.log, 40)}", flush=True)
+            shutil.rmtree(s.log.parent, ignore_errors=True)
         os._exit(128 + signum)
+
+
+def _short_dir() -> Path:
+    """A new directory ``/tmp/ciN`` (the first N free): Ray's unix socket paths below a session's
+    TMPDIR must fit in 107 characters, and tests nest temporary directories of their own in it."""
+    for n in range(1, 10_000):
+        path = Path(f"/tmp/ci{n}")
+        try:
+            path.mkdir(mode=0o700)
+            return path
+        except FileExistsError:
+            continue
+    raise RuntimeError("no free /tmp/ciN directory (N < 10000): remove stale ones")
 
 
 def _signal_group(pgid: int, signum: int) -> None:
@@ -160,14 +170,15 @@ def _group_alive(pgid: int) -> bool:
         return False
 
 
-def _last_line(log: Path) -> str:
+def _tail(log: Path, lines: int) -> str:
+    """The last ``lines`` non-blank lines of ``log`` ("" if it cannot be read)."""
     try:
         with open(log, "rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
-            lines = [line for line in f.read().decode(errors="replace").splitlines() if line.strip()]
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 200 * lines))
+            kept = [line for line in f.read().decode(errors="replace").splitlines() if line.strip()]
     except OSError:
         return ""
-    return lines[-1][:160] if lines else ""
+    return "\n".join(kept[-lines:])
 
 
 def main(argv: list[str] | None = None) -> int:

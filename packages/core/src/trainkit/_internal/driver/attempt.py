@@ -34,7 +34,9 @@ from trainkit.errors import (ControllerError, FailureKind, PlacementError, Preem
                              WorkerGroupError)
 
 POLL_S = 2.0  # a worker answers a poll at least this often (heartbeat)
-SALVAGE_ANSWER_S = 1.0  # after a failure, how long a live rank may take to hand over what it holds
+# after a failure, how long a live rank may take to hand over what it holds: an actor call, which on a
+# loaded machine took over 1 s (a returned report was lost); only a rank hung as well waits it out
+SALVAGE_ANSWER_S = 10.0
 ELASTIC_PLACEMENT_S = 10.0  # an elastic start waits this long for more than min_workers, then tries fewer
 TAIL_LINES = 20  # of a dead rank's output, shown in its error
 
