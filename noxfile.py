@@ -236,17 +236,28 @@ def _install_all(session: nox.Session) -> None:
     session.install(*_editable(*shared), *EXAMPLE_DEPS, *PINNED.values())
 
 
+# tests/ in two halves of about equal time, which CI runs side by side: the faults the world does to a
+# run (the reliability suite, hosts cut apart, the launcher's signals), and everything else
+INTEGRATION_FAULTS = ["tests/reliability", "tests/multihost", "tests/test_launch_signals.py",
+                      "tests/test_launch_torchrun.py"]
+
+
 @nox.session(python=PYTHON)
+@nox.parametrize("half", ["faults", "features"])
 @_pruned_on_ci
-def integration(session: nox.Session) -> None:
-    """Every plugin together: quickstart, Ray Train compatibility, the reliability suite (real S3
-    server), the plugin template, every code block of the docs."""
+def integration(session: nox.Session, half: str) -> None:
+    """Every plugin together. ``faults``: the reliability suite (real S3 server), hosts in network
+    namespaces, the launcher's signals; ``features``: quickstart, examples, Ray Train compatibility,
+    the plugin template, every code block of the docs. ``nox -s integration`` runs both."""
     _install_all(session)
     # the S3-compatible server the object-storage tests start, boto3 for exclusive S3 locks
     # (trainkit-core[s3]); the trackers docs/tracking.md runs; fnfqueue: tests/multihost's link
     # delayer where the kernel has no netem; nox for .ci/lanes.py's test
     session.install(SEAWEEDFS, "boto3>=1.35", "fnfqueue", "nox", *TRACKING_TEST_DEPS, *PINNED.values())
-    _pytest(session, "tests")
+    if half == "faults":
+        _pytest(session, *INTEGRATION_FAULTS)
+    else:
+        _pytest(session, "tests", *(f"--ignore={path}" for path in INTEGRATION_FAULTS))
 
 
 @nox.session(python=PYTHON, tags=["matrix"])
@@ -293,7 +304,7 @@ def packaging(session: nox.Session) -> None:
         shutil.rmtree(env)  # each holds Ray and a framework: keep one at a time on disk
 
 
-CI_SESSIONS.update(integration=22, packaging=5)
+CI_SESSIONS.update({"integration(half='features')": 12, "integration(half='faults')": 11, "packaging": 5})
 
 
 @nox.session(venv_backend="none", tags=["ci"])
