@@ -100,9 +100,9 @@ def _pruned_on_ci(session_fn):
     little disk: kept side by side, the CI sessions' environments need over 10 GB."""
 
     @functools.wraps(session_fn)
-    def run(session: nox.Session) -> None:
+    def run(session: nox.Session, **params) -> None:
         try:
-            session_fn(session)
+            session_fn(session, **params)
         finally:
             if os.environ.get("CI"):
                 shutil.rmtree(session.virtualenv.location, ignore_errors=True)
