@@ -169,3 +169,16 @@ def test_drivers_starting_at_once_share_one_whole_private_token(tmp_path):
     assert len(tokens) == 1 and "" not in tokens, tokens
     assert (tmp_path / ".ray" / "auth_token").stat().st_mode & 0o777 == 0o600
     assert [p.name for p in (tmp_path / ".ray").iterdir()] == ["auth_token"]  # no partial file left
+
+
+def test_the_embedded_cluster_leaves_the_drivers_environment_as_it_was(ray_cluster):
+    """Ray's single-machine switch reaches the embedded cluster's processes only: a ``ray start`` the
+    driver runs later (a node of a real cluster) inherits nothing of it and may join a cluster."""
+    assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in os.environ
+    assert ray_cluster._private.ray_constants.ENABLE_RAY_CLUSTER  # Linux: multi-node clusters allowed
+
+    @ray_cluster.remote
+    def worker_environment():
+        return os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+
+    assert ray_cluster.get(worker_environment.remote()) == "0"  # the cluster's own processes keep it

@@ -11,14 +11,19 @@ REQ, DATA = "struct ethtool_link_settings req;", "__u32 link_mode_data[link_mode
 GLOO_0_28_0, GLOO_0_28_1 = STRUCT.format(REQ, DATA), STRUCT.format(DATA, REQ)
 
 
-def test_patch_raises_both_cmake_files_to_cxx17_and_backports_the_gloo_fix(tmp_path):
+RELEASE_FLAGS = 'string(REPLACE "-O2" "-O3" CMAKE_CXX_FLAGS_RELWITHDEBINFO "${CMAKE_CXX_FLAGS_RELWITHDEBINFO}")\n'
+
+
+def test_patch_raises_both_cmake_files_to_cxx17_drops_debug_info_and_backports_the_gloo_fix(tmp_path):
     for name in [*build.PATCHES, *build.BACKPORTS]:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("project(x)\nset(CMAKE_CXX_STANDARD 14)\n")
+    (tmp_path / "CMakeLists.txt").write_text("project(x)\nset(CMAKE_CXX_STANDARD 14)\n" + RELEASE_FLAGS)
     (tmp_path / next(iter(build.BACKPORTS))).write_text(GLOO_0_28_0)
     build.patch(tmp_path)
-    for name in build.PATCHES:
-        assert (tmp_path / name).read_text() == "project(x)\nset(CMAKE_CXX_STANDARD 17)\n"
+    assert (tmp_path / "horovod/torch/CMakeLists.txt").read_text() == "project(x)\nset(CMAKE_CXX_STANDARD 17)\n"
+    assert (tmp_path / "CMakeLists.txt").read_text() == (
+        "project(x)\nset(CMAKE_CXX_STANDARD 17)\n" + RELEASE_FLAGS.replace('"-O2" "-O3"', '"-O2 -g" "-O3"'))
     assert (tmp_path / next(iter(build.BACKPORTS))).read_text() == GLOO_0_28_1
     with pytest.raises(SystemExit, match="expected one line matching"):
         build.patch(tmp_path)  # an unknown sdist layout fails loudly instead of building unpatched

@@ -54,7 +54,11 @@ def ensure_ray(**init_kwargs: object) -> None:
         ray.init(**quiet)
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # for the cluster's own processes
+    # single-machine mode for the cluster's own processes, which inherit it as ray.init starts them;
+    # then this process's environment is as it was: a `ray start` it runs later (a node of a real
+    # cluster) must not inherit it, or Ray refuses to join ("not supported on Windows and OSX")
+    single_machine = os.environ.get(SINGLE_MACHINE), ray._private.ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[SINGLE_MACHINE] = "0"
     ray._private.ray_constants.ENABLE_RAY_CLUSTER = False  # this process read the flag at import
     _private_auth_token()
     notice = logging.getLogger("ray._private.authentication.authentication_token_setup")
@@ -82,6 +86,11 @@ def ensure_ray(**init_kwargs: object) -> None:
         notice.setLevel(level)
         for owner, name, original in originals:
             setattr(owner, name, original)
+        environ, ray._private.ray_constants.ENABLE_RAY_CLUSTER = single_machine
+        if environ is None:
+            os.environ.pop(SINGLE_MACHINE, None)
+        else:
+            os.environ[SINGLE_MACHINE] = environ
     global _embedded_node
     _embedded_node = ray._private.worker._global_node
     if patched:
@@ -92,6 +101,7 @@ def ensure_ray(**init_kwargs: object) -> None:
 
 
 _embedded_node = None  # the node of the cluster ensure_ray started in this process
+SINGLE_MACHINE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's single-machine mode, servers on loopback
 
 
 def _start_patches(ray) -> list[tuple[object, str, object]]:
