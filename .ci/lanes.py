@@ -64,8 +64,9 @@ class Lanes:
         for worker in workers:
             worker.start()
         while any(worker.is_alive() for worker in workers):
+            deadline = time.monotonic() + PROGRESS_S
             for worker in workers:
-                worker.join(timeout=PROGRESS_S / len(workers))
+                worker.join(timeout=max(0.0, deadline - time.monotonic()))
             if any(worker.is_alive() for worker in workers):
                 self._progress()
         self._table()
