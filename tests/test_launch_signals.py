@@ -184,14 +184,17 @@ def test_a_failed_attempts_other_ranks_get_sigterm_then_sigkill_after_the_grace_
 
 
 ENV_SCRIPT = textwrap.dedent('''
-    import json, os, sys
+    import json, os, sys, time
     from torch.distributed.elastic.multiprocessing.errors import record
 
     @record
     def main():
-        with open(os.path.join(sys.argv[1], "env_" + os.environ["RANK"]), "w") as f:
+        with open(os.path.join(sys.argv[1], "env.tmp" + os.environ["RANK"]), "w") as f:
             json.dump(dict(os.environ), f)
+        os.replace(f.name, os.path.join(sys.argv[1], "env_" + os.environ["RANK"]))
         if os.environ["RANK"] == "1":
+            while not os.path.exists(os.path.join(sys.argv[1], "env_0")):  # rank 1's failure ends the attempt
+                time.sleep(0.05)
             raise ValueError("bad batch 7 on rank 1")
 
     main()

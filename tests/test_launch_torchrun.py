@@ -28,13 +28,27 @@ def test_torchrun_script_runs_unchanged_and_restarts(tmp_path):
 
 
 RANK_0_ENDS_FIRST = """
+import os
 import time
 import torch
 import torch.distributed as dist
+
+
+def running(pid):
+    try:
+        return "zombie" not in open(f"/proc/{pid}/status").read()
+    except FileNotFoundError:
+        return False
+
+
+pid_file = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank_0_pid")
 dist.init_process_group("gloo")
+if dist.get_rank() == 0:
+    open(pid_file, "w").write(str(os.getpid()))
 dist.barrier()
 if dist.get_rank() == 1:
-    time.sleep(2)  # rank 0's process has ended by now
+    while running(int(open(pid_file).read())):  # until rank 0's process has ended
+        time.sleep(0.05)
     group = dist.new_group([1], use_local_synchronization=True)  # goes through the rendezvous store
     dist.all_reduce(torch.ones(1), group=group)
     print("rank 1 used the store after rank 0 ended")
