@@ -10,7 +10,7 @@ pytest_plugins = ["trainkit.testing", "pytester"]
 # by another DeepSpeed version load and then fail (e.g. "module 'deepspeed_shm_comm' has no attribute
 # 'vector_kernel_level'"). So each DeepSpeed version gets its own directory, set here for every
 # session (trainkit-hf's tests, the examples, the docs pages, whose HOME is a temporary directory):
-# one CI run builds each op once. Workers and subprocesses inherit it from this process.
+# one CI run builds the op once. Workers and subprocesses inherit it from this process.
 try:
     _DEEPSPEED = importlib.metadata.version("deepspeed")
 except importlib.metadata.PackageNotFoundError:
@@ -18,15 +18,13 @@ except importlib.metadata.PackageNotFoundError:
 if _DEEPSPEED and "TORCH_EXTENSIONS_DIR" not in os.environ:
     os.environ["TORCH_EXTENSIONS_DIR"] = os.path.expanduser(f"~/.cache/torch_extensions/deepspeed-{_DEEPSPEED}")
 
-# the ops a CPU run builds: shm_comm for every deepspeed.initialize, cpu_adam for optimizer offload
-_BUILD_OPS = ("from deepspeed.accelerator import get_accelerator\n"
-              "for name in ('ShareMemCommBuilder', 'CPUAdamBuilder'):\n"
-              "    get_accelerator().create_op_builder(name).load()\n")
+# the op every deepspeed.initialize builds on CPUs (the tests' offload steps torch's Adam: no cpu_adam)
+_BUILD_OPS = "from deepspeed.accelerator import get_accelerator\nget_accelerator().create_op_builder('ShareMemCommBuilder').load()\n"
 
 
 def pytest_collection_finish(session):
-    """Build DeepSpeed's ops before the first test that uses DeepSpeed (nothing when they are built):
-    inside a test they are built under its timeout, by a worker, while the other rank waits."""
+    """Build DeepSpeed's op before the first test that uses DeepSpeed (nothing when it is built):
+    inside a test it is built under its timeout, by a worker, while the other rank waits."""
     if _DEEPSPEED and any("deepspeed" in item.nodeid or "huggingface.md" in item.nodeid for item in session.items):
         from trainkit.testing import subprocesses
 

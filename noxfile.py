@@ -145,7 +145,7 @@ def _pytest(session: nox.Session, *args: str) -> None:
     # --durations: every CI log names its slowest tests, where trimming CI time starts.
     # TRAINKIT_WARM_WORKERS=0: a suite's fits of ever-changing shapes would each prestart workers the
     # next fit rarely takes (CPU a 2-core machine lacks); the warm-worker tests turn it on themselves.
-    session.run("python", "-m", "pytest", "--durations=10", *args, *session.posargs,
+    session.run("python", "-m", "pytest", "--durations=25", *args, *session.posargs,
                 env={"TRAINKIT_WARM_WORKERS": os.environ.get("TRAINKIT_WARM_WORKERS", "0")})
 
 
@@ -304,7 +304,7 @@ def packaging(session: nox.Session) -> None:
         shutil.rmtree(env)  # each holds Ray and a framework: keep one at a time on disk
 
 
-CI_SESSIONS.update({"integration(half='features')": 12, "integration(half='faults')": 11, "packaging": 5})
+CI_SESSIONS.update({"integration(half='features')": 24, "integration(half='faults')": 25, "packaging": 9})
 
 
 @nox.session(venv_backend="none", tags=["ci"])

@@ -1,4 +1,4 @@
-"""DeepSpeed inside a TorchTrainer function on 2 real workers: ZeRO 1, 2, 3 and CPU optimizer
+"""DeepSpeed inside a TorchTrainer function on 2 real workers: ZeRO 2, 3 and CPU optimizer
 offload on CPU; every rank's shards saved into one trainkit checkpoint; resume restores them."""
 
 import os
@@ -30,7 +30,9 @@ def deepspeed_fn(config):
     zero = {"stage": config["stage"], **({"offload_optimizer": {"device": "cpu"}} if offload else {})}
     engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config={
         "train_micro_batch_size_per_gpu": 16, "zero_optimization": zero,
-        "optimizer": {"type": "Adam", "params": {"lr": 1e-2, "torch_adam": not offload}}})
+        # torch's Adam, offloaded too: DeepSpeedCPUAdam would add a C++ build (~5 min on a loaded 2-core
+        # machine) and nothing about the offloaded partitions and their checkpoint that this test checks
+        "optimizer": {"type": "Adam", "params": {"lr": 1e-2, "torch_adam": True}}})
 
     probe = torch.randn(64, 8, generator=torch.Generator().manual_seed(123))
 
@@ -73,8 +75,10 @@ def deepspeed_fn(config):
             trainkit.report(metrics)
 
 
-@pytest.mark.parametrize("config", [{"stage": 1}, {"stage": 2}, {"stage": 3}, {"stage": 2, "offload": True}],
-                         ids=["zero1", "zero2", "zero3", "zero2-offload"])
+# ZeRO-1 is left out: it saves and loads through the same code as ZeRO-2 (stage_1_and_2.py), and each
+# case costs two 2-worker starts that import DeepSpeed (~80 s on a loaded 2-core machine)
+@pytest.mark.parametrize("config", [{"stage": 2}, {"stage": 3}, {"stage": 2, "offload": True}],
+                         ids=["zero2", "zero3", "zero2-offload"])
 def test_zero_trains_saves_every_ranks_shards_and_resumes(ray_cluster, run_config, config):
     result = TorchTrainer(deepspeed_fn, train_loop_config=config, scaling_config=ScalingConfig(num_workers=2),
                           run_config=run_config(failure_config=FailureConfig(max_failures=1))).fit()
