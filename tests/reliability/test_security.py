@@ -138,18 +138,26 @@ def test_s6_embedded_cluster_listens_on_loopback_only(tmp_path, figure):
 
     if ray.is_initialized():
         ray.shutdown()
-    seen = {}
+    seen, looked = {}, tmp_path / "looked"
+    ready = [tmp_path / f"ready_{rank}" for rank in (0, 1)]
 
     def fn():
-        time.sleep(3)
+        ready[trainkit.get_context().get_world_rank()].touch()
+        while not looked.exists():  # every process of the run is up until the look is done
+            time.sleep(0.05)
         trainkit.report({"x": 1})
 
     def look():
-        time.sleep(2)
-        me = psutil.Process()
-        pids = {p.pid for p in me.children(recursive=True)} | {me.pid}
-        seen["listeners"] = {(c.laddr.ip, psutil.Process(c.pid).name()) for c in psutil.net_connections("inet")
-                             if c.status == "LISTEN" and c.pid in pids}
+        try:
+            deadline = time.monotonic() + 300  # a guard against a hang, not a wait
+            while not all(r.exists() for r in ready) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            me = psutil.Process()
+            pids = {p.pid for p in me.children(recursive=True)} | {me.pid}
+            seen["listeners"] = {(c.laddr.ip, psutil.Process(c.pid).name()) for c in psutil.net_connections("inet")
+                                 if c.status == "LISTEN" and c.pid in pids}
+        finally:
+            looked.touch()
 
     threading.Thread(target=look).start()
     DataParallelTrainer(fn, scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),

@@ -254,15 +254,19 @@ def test_a_drained_ranks_polls_stop_waiting():
 def test_a_killed_worker_is_named_with_its_last_output(ray_cluster, run_config):
     """An opaque ActorDiedError (the process SIGKILLed, as the OOM killer does) names the rank and
     shows what it printed last."""
+    config = run_config()
+    log = os.path.join(config.storage_path, config.name, "logs", "attempt_0", "rank_1.txt")
+
     def killed_on_rank_1():
         if trainkit.get_context().get_world_rank() == 1:
             print("loading shard 7 of 9", file=sys.stderr)
-            time.sleep(1)  # the output reaches the driver: the kill loses only what was unsent
+            while "loading shard 7 of 9" not in (open(log).read() if os.path.exists(log) else ""):
+                time.sleep(0.05)  # until the driver has the line: a kill loses only what was unsent
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(30)
 
     with pytest.raises(trainkit.WorkerGroupError) as died:
-        DataParallelTrainer(killed_on_rank_1, scaling_config=TWO, run_config=run_config()).fit()
+        DataParallelTrainer(killed_on_rank_1, scaling_config=TWO, run_config=config).fit()
     error = died.value
     assert (error.rank, error.error_type, list(error.worker_failures)) == (1, "WorkerDied", [1])
     message = str(error)
