@@ -285,6 +285,9 @@ def packaging(session: nox.Session) -> None:
     # beside pip's find-links: given on uv's command line, --find-links would replace them (and torch
     # would come from the index, a CUDA build)
     links = ",".join(filter(None, [str(dist), os.environ.get("UV_FIND_LINKS")]))
+    # uv caches a find-links wheel by name and version, as if it came from an index: without a refresh
+    # a second run installs the first run's trainkit-* 0.1.0, not the wheels just built
+    refresh = [f"--refresh-package={_pyproject(p)['project']['name']}" for p in PACKAGES]
     session.run("twine", "check", "--strict", *sorted(str(p) for p in dist.iterdir()))
     session.run("python", str(ROOT / "tests" / "packaging_check.py"), "--built", str(dist))
     for package in PACKAGES:
@@ -295,7 +298,7 @@ def packaging(session: nox.Session) -> None:
         session.run(uv, "venv", "-q", "--seed", "--python", PYTHON, str(env))  # --seed: pip, for pip check
         python = str(env / "bin" / "python")
         pins = sorted({PINNED[k] for row in _matrix(package) for k in row if k in PINNED})
-        session.run(uv, "pip", "install", "-q", "--python", python, project["name"], *pins,
+        session.run(uv, "pip", "install", "-q", *refresh, "--python", python, project["name"], *pins,
                     env={"UV_FIND_LINKS": links})
         if prepare := _prepare(package, next(row for row in _matrix(package) if row.get("ci"))):
             session.run(python, *prepare, external=True)

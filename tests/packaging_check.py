@@ -3,9 +3,10 @@
 --built DIR`` fails unless every wheel holds LICENSE and py.typed, every sdist LICENSE, and no
 README (the index's project page) has a relative link.
 
-Fails unless every module of DIST imports with only its declared dependencies present (extras'
-modules aside) and without a warning naming a missing module, each named plugin's entry point loads, and a 2-worker run works by backend name
-(core alone: a plain DataParallelTrainer).
+Fails unless DIST's installed files are this checkout's, every module of DIST imports with only its
+declared dependencies present (extras' modules aside) and without a warning naming a missing module,
+each named plugin's entry point loads, and a 2-worker run works by backend name (core alone: a plain
+DataParallelTrainer).
 """
 
 import importlib
@@ -24,15 +25,22 @@ from pathlib import Path
 EXTRAS_ONLY = ("trainkit.testing",)  # modules that need an extra (trainkit-core[testing])
 
 
+def sources_of(dist: str) -> list[md.PackagePath]:
+    return [f for f in md.distribution(dist).files or []
+            if f.suffix == ".py" and not f.parts[0].endswith((".dist-info", ".data"))]
+
+
 def modules_of(dist: str) -> list[str]:
-    names = set()
-    for file in md.distribution(dist).files or []:
-        parts = file.parts
-        if file.suffix == ".py" and not parts[0].endswith((".dist-info", ".data")):
-            module = ".".join(parts)[: -len(".py")].removesuffix(".__init__")
-            if not module.startswith(EXTRAS_ONLY):
-                names.add(module)
-    return sorted(names)
+    names = {".".join(f.parts)[: -len(".py")].removesuffix(".__init__") for f in sources_of(dist)}
+    return sorted(n for n in names if not n.startswith(EXTRAS_ONLY))
+
+
+def check_installed_from_this_checkout(dist: str) -> None:
+    """Every installed source file is this checkout's: an installer's cache can hand back an earlier
+    build of the same version (uv keeps find-links wheels by name and version)."""
+    src = Path(__file__).parents[1] / "packages" / dist.removeprefix("trainkit-") / "src"
+    stale = [str(f) for f in sources_of(dist) if not (src / f).is_file() or f.read_text() != (src / f).read_text()]
+    assert not stale, f"{dist}: installed files differ from {src}: {stale}"
 
 
 RELATIVE_LINK = re.compile(r"\]\((?![a-z][a-z0-9+.-]*:|#)([^)]*)\)", re.I)  # [text](target) without a scheme
@@ -68,6 +76,7 @@ MISSING_AT_IMPORT = re.compile(r"No module named|Failed to initialize")
 
 
 def main(dist: str, *plugins: str) -> None:
+    check_installed_from_this_checkout(dist)
     modules = modules_of(dist)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
