@@ -19,7 +19,8 @@ if _DEEPSPEED and "TORCH_EXTENSIONS_DIR" not in os.environ:
     os.environ["TORCH_EXTENSIONS_DIR"] = os.path.expanduser(f"~/.cache/torch_extensions/deepspeed-{_DEEPSPEED}")
 
 # the op every deepspeed.initialize builds on CPUs (the tests' offload steps torch's Adam: no cpu_adam)
-_BUILD_OPS = "from deepspeed.accelerator import get_accelerator\nget_accelerator().create_op_builder('ShareMemCommBuilder').load()\n"
+_BUILD_OPS = ("from deepspeed.accelerator import get_accelerator\n"
+              "get_accelerator().create_op_builder('ShareMemCommBuilder').load()\n")
 
 
 def pytest_collection_finish(session):
