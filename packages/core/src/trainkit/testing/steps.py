@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from typing import Any
 
 import trainkit
@@ -31,3 +32,13 @@ def report_step(step: int, metrics: dict[str, Any], *, rank0_only: bool = False,
                 f.write(data)
         trainkit.report(metrics, checkpoint=trainkit.Checkpoint.from_directory(tmp),
                         checkpoint_dir_name=checkpoint_dir_name)
+
+
+def wait_until_logged(reports: int) -> None:
+    """Wait until the driver has logged ``reports`` consolidated reports of this run. A test that
+    kills a rank waits for the commits it asserts on: a killed process loses what it had not sent."""
+    from trainkit._internal.storage.metrics_log import read_metrics_log
+
+    storage = trainkit.get_context().get_storage()
+    while len(read_metrics_log(storage.fs, storage.run_path)) < reports:
+        time.sleep(0.05)
