@@ -5,6 +5,11 @@ outlive them for a long while. The watchdog is a separate small process, reading
 driver: while the pipe is open it records the process tree under the cluster's root processes;
 when the pipe closes (the driver is gone, however it went) it SIGKILLs whatever of that tree is
 still alive. Standard library only, Linux only (it reads /proc).
+
+A process is known by its pid and its start time, never by its pid alone: once a root ends (Ray's
+``ray.shutdown()`` stops the cluster while its watchdog waits for the driver's exit), the kernel
+hands its pid to some other process, soon where pids are few (32768 on many machines), and that
+process and its children are none of the watchdog's business.
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ def start(root_pids: list[int]) -> None:
     if not os.path.isdir("/proc") or not root_pids:
         return
     stop()  # the user's ray.shutdown() stopped the cluster it watched
-    _watchdog = subprocess.Popen([sys.executable, __file__, *map(str, root_pids)], stdin=subprocess.PIPE,
+    # Known here, where the roots are children not yet reaped: their pids are still theirs.
+    roots = [f"{pid}:{started}" for pid, started in identities(root_pids).items()]
+    _watchdog = subprocess.Popen([sys.executable, __file__, *roots], stdin=subprocess.PIPE,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
@@ -51,14 +58,21 @@ def _stat(pid: int) -> tuple[int, str] | None:
         return None
 
 
-def _tree(roots: list[int]) -> dict[int, str]:
+def identities(pids: list[int]) -> dict[int, str]:
+    """pid -> start time of those of ``pids`` that exist (a zombie too)."""
+    return {pid: stat[1] for pid in pids if (stat := _stat(pid))}
+
+
+def tree(roots: dict[int, str]) -> dict[int, str]:
+    """pid -> start time of ``roots`` (pid -> start time) and their descendants; a root whose pid
+    now names another process is left out, and so are that process's children."""
     children: dict[int, list[int]] = {}
     starts: dict[int, str] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit() and (stat := _stat(int(entry))):
             children.setdefault(stat[0], []).append(int(entry))
             starts[int(entry)] = stat[1]
-    found, todo = {}, [p for p in roots if p in starts]
+    found, todo = {}, [pid for pid, started in roots.items() if starts.get(pid) == started]
     while todo:
         pid = todo.pop()
         if pid not in found:
@@ -67,13 +81,14 @@ def _tree(roots: list[int]) -> dict[int, str]:
     return found
 
 
-def _main(roots: list[int]) -> None:
-    known = _tree(roots)  # the agents exist already: Ray starts them before ray.init returns
+def _main(roots: dict[int, str]) -> None:
+    known = tree(roots)  # the agents exist already: Ray starts them before ray.init returns
     while True:
         readable, _, _ = select.select([sys.stdin], [], [], 0.5)
-        if readable and not os.read(sys.stdin.fileno(), 1024):
-            break  # EOF: the driver closed the pipe or died
-        known.update(_tree(roots))
+        eof = readable and not os.read(sys.stdin.fileno(), 1024)  # the driver closed the pipe or died
+        known.update(tree(roots))
+        if eof:
+            break
     for pid, started in known.items():
         stat = _stat(pid)
         if stat is not None and stat[1] == started:  # the same process, not a reused pid
@@ -84,4 +99,4 @@ def _main(roots: list[int]) -> None:
 
 
 if __name__ == "__main__":
-    _main([int(p) for p in sys.argv[1:]])
+    _main({int(pid): started for pid, started in (arg.split(":") for arg in sys.argv[1:])})
