@@ -68,10 +68,9 @@ def crash_once_then_resume(config):
     ctx = trainkit.get_context()
     for step in range(resume_step(), 4):
         report_step(step, {"step": step, "attempt": ctx.get_attempt()}, rank0_only=True)
-        if step == 1 and ctx.get_attempt() == 0:
-            if ctx.get_world_rank() == 1:
-                wait_until_logged(2)  # reports 0 and 1 committed: a kill loses only what was unsent
-                os._exit(1)  # the process dies, as on an OOM kill
+        if step == 1 and ctx.get_attempt() == 0 and ctx.get_world_rank() == 1:
+            wait_until_logged(2)  # reports 0 and 1 committed: a kill loses only what was unsent
+            os._exit(1)  # the process dies, as on an OOM kill
 
 
 def test_restart_from_last_committed_checkpoint(ray_cluster, run_config):
@@ -197,9 +196,9 @@ def test_a_checkpoint_whose_report_returned_before_an_exception_is_kept(ray_clus
 
 def one_rank_fails_while_its_peer_uploads(config):
     """Rank 0's report() returns while its ASYNC upload waits for rank 1 to fail, then takes 1 s
-    more; rank 1 reports and fails."""
+    more; rank 1 reports and fails once rank 0's report() returned."""
     ctx = trainkit.get_context()
-    failing = config["failing_marker"]
+    failing, reported = config["failing_marker"], config["failing_marker"] + ".rank0-reported"
     if ctx.get_attempt() > 0:
         trainkit.report({"step": 1})
         return
@@ -215,7 +214,11 @@ def one_rank_fails_while_its_peer_uploads(config):
     if ctx.get_world_rank() == 0:
         trainkit.report({"step": 0}, checkpoint=Checkpoint.from_directory(tempfile.mkdtemp()),
                         checkpoint_upload_mode=trainkit.CheckpointUploadMode.ASYNC, checkpoint_upload_fn=slow_upload)
+        open(reported, "w").close()
         time.sleep(600)  # alive, busy training, until the attempt ends
+    # not before rank 0's report() returned (a loaded CI machine let rank 1 fail before rank 0 reported)
+    while not os.path.exists(reported):
+        time.sleep(0.01)
     trainkit.report({"step": 0})
     open(failing, "w").close()
     raise RuntimeError("rank 1 fails while rank 0 uploads")
