@@ -18,32 +18,37 @@ from trainkit.testing import subprocesses
 TWO = ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5})
 
 
-def rank_one_sleeps_while_rank_zero_all_reduces(config):
+def rank_one_stays_out_while_rank_zero_all_reduces(config):
     import torch
     import torch.distributed as dist
 
     trainkit.report({"step": 0})
     if trainkit.get_context().get_world_rank() == 1:
-        open(config["marker"], "w").write(str(time.time()))
-        time.sleep(3600)  # asleep in user code
+        if config["rank_1"] == "sleeps":
+            time.sleep(3600)  # asleep in user code
+        for step in range(1, 10**6):  # busy in user code: its clock never passes the timeout
+            trainkit.report({"step": step})
+            time.sleep(0.1)
     dist.all_reduce(torch.ones(1))  # rank 0 waits here for rank 1
 
 
-def test_stuck_ddp_names_the_rank_not_in_a_collective(ray_cluster, run_config, tmp_path):
+@pytest.mark.parametrize("rank_1", ["sleeps", "reports"])
+def test_stuck_ddp_names_the_rank_not_in_a_collective(ray_cluster, run_config, rank_1):
+    """The rank named is the one its peers wait for, whether its own clock passed the timeout (asleep),
+    not yet (it went quiet a moment after them, as on a loaded machine), or never (it runs on)."""
     pytest.importorskip("trainkit_torch")
     from trainkit_torch import TorchConfig, TorchTrainer
 
-    marker = str(tmp_path / "asleep")
     config = run_config(failure_config=FailureConfig(max_failures=0, progress_timeout_s=3))
     with pytest.raises(TrainingFailedError) as caught:
-        TorchTrainer(rank_one_sleeps_while_rank_zero_all_reduces, train_loop_config={"marker": marker},
+        TorchTrainer(rank_one_stays_out_while_rank_zero_all_reduces, train_loop_config={"rank_1": rank_1},
                      torch_config=TorchConfig(backend="gloo"), scaling_config=TWO, run_config=config).fit()
     state = json.load(open(os.path.join(config.storage_path, config.name, "run_state.json")))
     failure = state["failures"][0]
     assert failure["type"] == "WorkerStuck" and failure["rank"] == 1, failure
     assert "rank 1" in failure["message"] and "not in a collective" in failure["message"], failure["message"]
     assert "rank 0" in failure["message"] and "waiting in a collective" in failure["message"]
-    assert "time.sleep" in str(caught.value) or "in rank_one_sleeps" in str(caught.value)
+    assert "time.sleep" in str(caught.value) or "in rank_one_stays_out" in str(caught.value)
 
 
 def test_ctrl_c_line_names_the_newest_committed_checkpoint(tmp_path, run_driver):

@@ -67,38 +67,50 @@ class ProgressWatch:
             group.call_each("restart_progress", ranks=running)
 
     def check(self, group: Any, running: set[int]) -> WorkerGroupError | None:
-        import ray
-
         now = time.monotonic()
         if self.timeout_s is None or now < self._next:
             return None
         self._next = now + min(CHECK_EVERY_S, self.timeout_s / 4)
-        refs = group.call_each("progress", self.timeout_s, ranks=sorted(running))
-        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=ANSWER_S)
-        stuck = {}
-        for ref in ready:
-            try:
-                if answer := ray.get(ref):
-                    stuck[refs[ref]] = answer
-            except ray.exceptions.RayError:
-                continue  # a dead rank: the poll reports it
+        stuck = _stalled(group, sorted(running), self.timeout_s)
         if not stuck:
             return None
+        # The other ranks' stacks too: the rank that holds up peers waiting in a collective may have
+        # gone quiet a moment after them (its clock has not passed the timeout yet), or still runs.
+        seen = {**_stalled(group, sorted(running - stuck.keys()), 0.0), **stuck}
+        waiting = [rank for rank in sorted(seen) if in_collective(seen[rank][1])]
+        culprits = [rank for rank in sorted(seen) if rank not in waiting] if waiting else sorted(stuck)
+        culprits = culprits or waiting  # the ranks to look at first
+        named = {rank: seen[rank] for rank in {*stuck, *culprits, *waiting}}
         ranks = sorted(stuck)
-        waiting = [rank for rank in ranks if in_collective(stuck[rank][1])]
-        culprits = [rank for rank in ranks if rank not in waiting] or ranks  # the ranks to look at first
         message = (f"rank(s) {ranks} made no progress (no report() or trainkit collective) for more than "
                    f"{self.timeout_s:g} s (FailureConfig.progress_timeout_s)")
-        if waiting and culprits != ranks:
-            message += (f"; {_ranks(culprits)} {'is' if len(culprits) == 1 else 'are'} not in a collective: look "
-                        f"there; {_ranks(waiting)} {'is' if len(waiting) == 1 else 'are'} waiting in a collective for it")
+        if waiting and culprits != waiting:
+            message += (f"; {_ranks(culprits)} {_is(culprits)} not in a collective: look there; "
+                        f"{_ranks(waiting)} {_is(waiting)} waiting in a collective for it")
         elif waiting:
             message += "; all of them are waiting in a collective (one they do not all call, or a peer gone)"
         stacks = "\n".join(f"rank {rank}{' (waiting in a collective)' if rank in waiting else ''}, no progress for "
-                           f"{stuck[rank][0]:.0f} s, training thread:\n{stuck[rank][1]}"
-                           for rank in culprits + [r for r in ranks if r not in culprits])
-        return WorkerGroupError(f"{message}\n\n{stacks}", {rank: TimeoutError(message) for rank in ranks},
+                           f"{named[rank][0]:.0f} s, training thread:\n{named[rank][1]}"
+                           for rank in culprits + [r for r in sorted(named) if r not in culprits])
+        return WorkerGroupError(f"{message}\n\n{stacks}", {rank: TimeoutError(message) for rank in sorted(named)},
                                 rank=culprits[0], error_type=FailureKind.WORKER_STUCK, worker_traceback=stacks)
+
+
+def _stalled(group: Any, ranks: list[int], timeout_s: float) -> dict[int, tuple[float, str]]:
+    """The ranks (of ``ranks``) without progress for more than ``timeout_s``: (seconds, stack)."""
+    import ray
+
+    if not ranks:
+        return {}
+    refs = group.call_each("progress", timeout_s, ranks=ranks)
+    stalled = {}
+    for ref in ray.wait(list(refs), num_returns=len(refs), timeout=ANSWER_S)[0]:
+        try:
+            if answer := ray.get(ref):
+                stalled[refs[ref]] = answer
+        except ray.exceptions.RayError:
+            continue  # a dead rank: the poll reports it
+    return stalled
 
 
 # Where a rank waits for its peers: a frame in a framework's communication layer, or a collective
@@ -121,3 +133,7 @@ def in_collective(stack: str) -> bool:
 
 def _ranks(ranks: list[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+
+
+def _is(ranks: list[int]) -> str:
+    return "is" if len(ranks) == 1 else "are"

@@ -145,6 +145,7 @@ class Worker:
                 if self._prewarm is not None:
                     self._prewarm.join()
                 fn = cloudpickle.loads(pickled_fn)
+                self._session.progress.mark()  # progress counts from the training function's start, not its imports
                 with backend_config.train_fn_context():
                     value = call_train_fn(fn, config)
                 _check_return_value(fn, value)
