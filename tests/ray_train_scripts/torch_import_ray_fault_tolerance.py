@@ -23,6 +23,8 @@ def train_func(config):
     model = ray.train.torch.prepare_model(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in range(start, 6):
+        if step == 3:
+            torch.distributed.barrier()  # step 2's report() returned on every rank before the crash below
         if step == 3 and not os.path.exists(config["marker"]):
             open(config["marker"], "w").close()
             raise RuntimeError("worker crashed")

@@ -141,6 +141,13 @@ def _run_processes(marker: str) -> list[psutil.Process]:
     return found
 
 
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 @pytest.fixture
 def signalled_driver(tmp_path):
     """Start ``_driver.py`` as ``subprocesses.start`` does (a session of its own, default signals),
@@ -208,7 +215,9 @@ def test_r4_stop_signal_takes_the_ctrl_c_path(tmp_path, signalled_driver, check_
     state = check_run_dir(run_path)  # whole checkpoints only, each verifies, no temporary dirs
     assert state["status"] == "interrupted" and state["latest_checkpoint"], state
     assert not os.path.exists(os.path.join(run_path, ".lock"))
-    left = [p for p in _run_processes(signalled_driver.tmp) if p.status() != psutil.STATUS_ZOMBIE]
+    # what outlived the driver ends within moments (its watchdog's kill), not never: waited for, not timed
+    _, left = psutil.wait_procs(_run_processes(signalled_driver.tmp), timeout=60)
+    left = [p for p in left if _alive(p)]
     assert not left, [(p.pid, p.cmdline()) for p in left]
     again = signalled_driver("run", 0, num_workers=num_workers)  # the lock was released: starts at once
     _, again_err = again.communicate(timeout=300)

@@ -92,7 +92,7 @@ def fail_on_rank_one():
     trainkit.report({"x": 1})
     if trainkit.get_context().get_world_rank() == 1:
         raise ValueError("bad input on rank one")
-    time.sleep(120)  # rank 0 would wait forever without fail-fast teardown
+    time.sleep(3600)  # rank 0 would keep fit() waiting (past the test's timeout) without fail-fast teardown
 
 
 def test_r6_one_rank_raises_all_torn_down(ray_cluster, run_config, figure):
@@ -103,7 +103,7 @@ def test_r6_one_rank_raises_all_torn_down(ray_cluster, run_config, figure):
     err = info.value
     figure("R6", f"rank 1 raised while rank 0 slept: fit() raised in {elapsed:.2f} s with rank={err.rank}, "
                  f"type={err.error_type}, traceback kept={'fail_on_rank_one' in err.worker_traceback}")
-    assert err.rank == 1 and isinstance(err.__cause__, ValueError) and elapsed < 60  # rank 0 sleeps 120 s
+    assert err.rank == 1 and isinstance(err.__cause__, ValueError)  # fit() returned: rank 0 slept on
 
 
 @pytest.mark.parametrize("budget", [0, 1, 3])

@@ -38,10 +38,11 @@ SCRIPT = textwrap.dedent('''
     reported = os.path.join(args.out, "rank0-reported")
     if os.environ["RANK"] == "0":
         open(reported, "w").close()
-    else:  # fails once its report and rank 0's returned (so that checkpoint commits)
+    else:  # fails once the driver logged the report of both ranks (the process exits: a kill, to the driver)
         while not os.path.exists(reported):
             time.sleep(0.01)
-        time.sleep(0.5)
+        from trainkit.testing.steps import wait_until_logged
+        wait_until_logged(1)
         sys.exit(5)
 ''')
 

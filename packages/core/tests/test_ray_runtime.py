@@ -36,19 +36,16 @@ def test_ray_patches_switch_off_and_runs_still_work(tmp_path):
 
 
 def test_use_gpu_without_a_gpu_fails_at_once_saying_so(ray_cluster, run_config):
-    import time
-
     import pytest
     import trainkit
     from trainkit import DataParallelTrainer, ScalingConfig
 
     if ray_cluster.cluster_resources().get("GPU"):
         pytest.skip("this machine has a GPU")
-    begin = time.monotonic()
+    # the up-front check's error (a PlacementError says "could not place ... within 60 s")
     with pytest.raises(ValueError, match=r"GPU=1 \(the machine has 0\).*use_gpu=True needs a GPU"):
         DataParallelTrainer(lambda: trainkit.report({"x": 1}), scaling_config=ScalingConfig(num_workers=2, use_gpu=True),
                             run_config=run_config()).fit()
-    assert time.monotonic() - begin < 45  # not the 60 s placement timeout (room for a busy machine)
 
 
 def test_the_embedded_raylet_runs_agent_stubs_and_runtime_env_still_works(ray_cluster):

@@ -112,9 +112,8 @@ def test_trial_that_reserved_nothing_for_its_workers_fails_at_once_naming_the_fi
     tuner = tune.Tuner(tune.with_resources(make_trial(str(tmp_path / "runs")), {"cpu": 4}),
                        param_space={"x": 1},
                        run_config=tune.RunConfig(name="unreserved", storage_path=str(tmp_path / "tune"), verbose=0))
-    begin = time.monotonic()
     results = tuner.fit()
     assert results.num_errors == 1
     message = str(results[0].error)
     assert "trainkit.tune.trial_resources(scaling_config)" in message and "holds no bundles for its 2 workers" in message
-    assert time.monotonic() - begin < 60  # not a placement timeout (60 s) or a retry of one
+    assert "within" not in message, message[:3000]  # not the placement timeout's error

@@ -85,8 +85,10 @@ def resumable_fn(config):
     alive = hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum, name="alive").item()
     while step < config["steps"]:
         step += 1
-        if config.get("fail_at") == step and checkpoint is None and hvd.rank() == 1:
-            raise RuntimeError("injected failure")
+        if config.get("fail_at") == step and checkpoint is None:
+            trainkit.collective.barrier()  # the last step's report() returned on every rank
+            if hvd.rank() == 1:
+                raise RuntimeError("injected failure")
         total = hvd.allreduce(torch.tensor([float(step)]), op=hvd.Sum, name=f"step{step}").item()
         metrics = {"step": step, "total": total, "alive": alive, "resumed": checkpoint is not None}
         with tempfile.TemporaryDirectory() as directory:
