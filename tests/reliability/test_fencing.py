@@ -16,7 +16,7 @@ from trainkit import Checkpoint
 from trainkit._internal.worker.session import Session
 from trainkit._internal.storage.run_storage import MANIFEST, RunStorage
 from trainkit.context import CheckpointUploadMode, TrainContext
-from trainkit.errors import RunLockedError
+from trainkit.errors import RunLockedError, TrainkitWarning
 
 NAME = "checkpoint_000003"
 
@@ -92,7 +92,7 @@ def test_a_zombies_upload_after_retention_deleted_the_checkpoint_is_swept(storag
     assert every_file(storage) == {}
 
 
-def test_a_driver_that_lost_its_lease_writes_nothing(tmp_path):
+def test_a_driver_that_lost_its_lease_writes_nothing(tmp_path, monkeypatch):
     """A driver cut off from storage (or frozen) for longer than the lease lasts is taken over; when
     it comes back, its commits, state writes, metrics and deletes are refused, not written."""
     from trainkit._internal.storage import lock
@@ -106,12 +106,16 @@ def test_a_driver_that_lost_its_lease_writes_nothing(tmp_path):
     stale_lock._released.set()  # its heartbeat thread ends: this test beats for it (_renew)
     stale.fence = stale_lock.check
     stale.write_json_atomic(STATE, {"by": "stale"})
-    lease = json.loads(stale.read_text(lock.LOCK))  # no heartbeat for longer than STALE_S
-    stale.write_text(lock.LOCK, json.dumps({**lease, "heartbeat": lease["heartbeat"] - lock.STALE_S - 1}))
+    lease = json.loads(stale.read_text(lock.LOCK))  # a driver of another host, frozen: no heartbeat
+    stale.write_text(lock.LOCK, json.dumps({**lease, "host": "elsewhere"}))
+    stale_lock.owner["host"] = "elsewhere"
 
     new = RunStorage(str(tmp_path / "runs"), "driven")
     new_lock = lock.RunLock(new)
-    new_lock.acquire()  # takes the run over
+    with monkeypatch.context() as short, pytest.warns(TrainkitWarning, match="watching its heartbeat"):
+        short.setattr(lock, "STALE_S", 1.0)  # the watch a takeover waits out
+        short.setattr(lock, "WATCH_S", 0.1)
+        new_lock.acquire()  # takes the run over once its heartbeat stood still for STALE_S
     try:
         new.fence = new_lock.check
         new.write_json_atomic(STATE, {"by": "new"})

@@ -21,6 +21,7 @@ import pytest
 
 import trainkit
 from trainkit import DataParallelTrainer, ScalingConfig, StorageError, TrainingFailedError
+from trainkit._internal.storage import lock
 from trainkit._internal.storage.lock import RunLock, driver_alive
 from trainkit._internal.storage.metrics_log import SEGMENT_LINES, SEGMENTS, MetricsLog, read_metrics_log
 from trainkit._internal.storage.run_storage import QUARANTINE, RunStorage
@@ -38,9 +39,9 @@ def resumable(config):
 
 
 def stale_lease(heartbeat_age_s: float) -> str:
-    """The lease a crashed driver leaves: this host, a pid that is alive (PID 1), an old heartbeat."""
-    return json.dumps({"host": socket.gethostname(), "pid": 1, "token": uuid.uuid4().hex,
-                       "heartbeat": time.time() - heartbeat_age_s})
+    """The lease a crashed driver leaves: this host, its pid now another process's (PID 1), an old heartbeat."""
+    return json.dumps({"host": socket.gethostname(), "boot": lock.boot_id(), "pid": 1, "started": "-1",
+                       "token": uuid.uuid4().hex, "heartbeat": time.time() - heartbeat_age_s})
 
 
 def test_r11_crashed_driver_with_reused_pid_does_not_block_the_run(ray_cluster, run_config, figure):

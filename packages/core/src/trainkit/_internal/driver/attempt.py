@@ -450,6 +450,8 @@ class AttemptRunner:
                         elif isinstance(event, Report) and item.rank != failed:
                             index = event.index
                             self._on_report(event)
+                index = "recorded"
+                self.reports.commit_recorded(self.state.attempt)  # what the dead ranks' records hold
         except Exception as exc:  # noqa: BLE001 - the original failure is the one to report
             self.display.note(f"could not commit report {index} after the failure: {exc}")
 

@@ -124,6 +124,7 @@ class Controller:
 
     def _prepare_state(self) -> None:
         storage = self.storage
+        self._commit_recorded_reports()
         state = RunState.recover(storage)
         before = state and state.status
         if state is None:
@@ -144,6 +145,19 @@ class Controller:
                               f"{state.latest_checkpoint or 'scratch (no checkpoint)'}, at report "
                               f"{state.next_report_index}", logging.INFO)
         state.save(storage)
+
+    def _commit_recorded_reports(self) -> None:
+        """The last attempt of the run's previous driver, which died, may have left reports that
+        returned on every rank but never reached it: commit them (``ReportLog.commit_recorded``),
+        before ``RunState.recover``'s sweep removes their uploads and the records."""
+        if not self.storage.exists(storage_mod.REPORTS):
+            return
+        state = RunState.load(self.storage.fs, self.storage.run_path)
+        if state is not None:  # the callbacks see that attempt's state; _prepare_state then moves on
+            state.next_report_index = max(state.next_report_index, self._last_logged_index() + 1)
+            self.state, self.reports = state, ReportLog(state, self.storage, self.display, self.metrics_log,
+                                                        self.run_config.checkpoint_config, None, self._after_report)
+            self.reports.commit_recorded(state.attempt)
 
     def _attempt_runner(self) -> AttemptRunner:
         return AttemptRunner(train_fn=self.train_fn, train_loop_config=self.train_loop_config,

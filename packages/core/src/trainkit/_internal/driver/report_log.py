@@ -13,6 +13,7 @@ from trainkit._internal import faults
 from trainkit._internal.display import Display
 from trainkit._internal.driver import signals
 from trainkit._internal.driver.validation import Validator
+from trainkit._internal.storage import report_records
 from trainkit._internal.storage import run_storage as storage_mod
 from trainkit._internal.storage.metrics_log import MetricsLog
 from trainkit._internal.storage.run_state import CheckpointRecord, RunState
@@ -247,6 +248,34 @@ class ReportLog:
         self.state.save(self.storage)
         for record in dropped:
             self.storage.delete_dir(self.storage.path(record.name))
+
+    def commit_recorded(self, attempt: int) -> None:
+        """``attempt`` is over (failed, or its driver died): commit, in index order, every report of it
+        that every rank made, as an event received or a durable record (``report_records``), so a
+        checkpoint whose ``report()`` returned on every rank is never lost; the rest is dropped."""
+        records = report_records.read(self.storage, attempt, self.state.next_report_index)
+        if records and not self.world_size:  # the next run, for its predecessor's last attempt
+            self.world_size = records[0].world_size
+        for record in records:
+            if record.index >= self.state.next_report_index and record.world_size == self.world_size:
+                self._pending.setdefault(record.index, {}).setdefault(record.rank, record)
+        required = self.required_ranks or set(range(self.world_size))
+        for index in sorted(self._pending):
+            if not required <= self._pending[index].keys():
+                continue  # noted by drop_unmatched
+            reports = {rank: self._as_report(r) for rank, r in self._pending.pop(index).items()}
+            if any(r is None for r in reports.values()):
+                self.display.note(f"report {index} was dropped: a rank's recorded checkpoint files are gone")
+                continue
+            with signals.committing():
+                self._consolidate(index, reports)
+
+    def _as_report(self, item: "Report | report_records.Record") -> Report | None:
+        if isinstance(item, Report):
+            return item
+        files = report_records.stored_files(self.storage, item)
+        return None if files is None else Report(item.rank, item.index, item.metrics, item.checkpoint_name,
+                                                 item.tmp_path, files)
 
     def drop_unmatched(self) -> None:
         for index, reports in sorted(self._pending.items()):

@@ -1,20 +1,27 @@
 """One driver per run: a lease file in the run directory.
 
-The lease names its owner (host, pid, a random token) and a heartbeat time the driver refreshes
-every ``REFRESH_S``. A driver is alive while its heartbeat is younger than ``STALE_S`` and, on the
-same host, its pid exists (``driver_alive``). Another driver may take the lease over only from a
-dead one.
+The lease names its owner (host, boot id, pid and the pid's start time, a random token) and a
+heartbeat the driver rewrites every ``REFRESH_S``. Whether its driver is alive never compares two
+clocks (a wall clock stepped by NTP or a VM resume must not hand a live run to a second driver):
+
+- on the same host (name and boot id), the driver is alive while a process with its pid *and its
+  start time* exists: a reused pid (a container's PID 1) is not it, a frozen driver still is;
+- from another host, the reader watches the lease on its own monotonic clock: the driver is dead
+  only once its heartbeat did not change for ``STALE_S`` (``RunLock.acquire`` waits that long
+  before a takeover; ``trainkit show`` cannot wait, so it calls such a run running).
 
 Both claims are exclusive: the lease is created with an atomic create-if-absent
 (``create_exclusive``: ``link`` on POSIX, ``PutObject`` with ``If-None-Match: *`` on S3), and a
 takeover first claims a marker named after the dead lease's token the same way, so of any number
-of contenders exactly one wins. Where no such primitive exists (other ``pyarrow`` filesystems, or
-S3 without boto3) the lease is written and read back, which two drivers starting in the same
-instant can both pass: trainkit warns once.
+of contenders exactly one wins. A create whose answer was lost (its retry meets 412) reads the
+object back and counts as won when it holds this call's bytes. Where no such primitive exists
+(other ``pyarrow`` filesystems, or S3 without boto3) the lease is written and read back, which two
+drivers starting in the same instant can both pass: trainkit warns once.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -33,7 +40,8 @@ from trainkit.errors import RunLockedError, StorageError
 LOCK = ".lock"
 TAKEOVER = ".lock.takeover-"  # + the token of the dead lease being taken over
 REFRESH_S = 10.0
-STALE_S = 60.0
+STALE_S = 60.0  # another host's lease whose heartbeat stays unchanged this long (watched) is dead
+WATCH_S = 2.0  # how often a lease being watched is read again
 
 
 def _pid_alive(pid: int) -> bool:
@@ -46,31 +54,60 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def lease_alive(lease: dict[str, Any] | None, now: float | None = None) -> bool:
-    """Whether the driver that wrote ``lease`` is alive: a fresh heartbeat, and (same host) a live pid.
-    A live pid alone proves nothing: pids are reused, and a container's driver is often PID 1."""
-    age = heartbeat_age_s(lease, now)
-    if age is None or age > STALE_S:
+def process_start(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, from /proc); None where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def boot_id() -> str | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def same_host(lease: dict[str, Any]) -> bool:
+    """Whether ``lease`` was written on this machine (and since its last boot)."""
+    return lease.get("host") == socket.gethostname() and lease.get("boot", boot_id()) == boot_id()
+
+
+def lease_alive(lease: dict[str, Any] | None) -> bool:
+    """Whether the driver that wrote ``lease`` is alive, as far as one look can tell: on this host,
+    its pid with its start time exists; from another host it is taken as alive (only a watch on
+    this host's monotonic clock can tell otherwise: ``RunLock``)."""
+    if not lease:
         return False
     try:
         pid = int(lease.get("pid", -1))
     except (TypeError, ValueError):
         return False
-    return lease.get("host") != socket.gethostname() or _pid_alive(pid)
+    if not same_host(lease):
+        return True
+    if "started" not in lease:  # written by a trainkit before 0.2: only its heartbeat tells
+        age = heartbeat_age_s(lease)
+        return age is not None and age <= STALE_S and _pid_alive(pid)
+    return lease["started"] is not None and process_start(pid) == lease["started"]
 
 
-def heartbeat_age_s(lease: dict[str, Any] | None, now: float | None = None) -> float | None:
-    """Seconds since ``lease``'s last heartbeat; None for no lease or a malformed one."""
+def heartbeat_age_s(lease: dict[str, Any] | None) -> float | None:
+    """Seconds since ``lease``'s last heartbeat by this host's wall clock (only for leases without a
+    start time, and for display); None for no lease or a malformed one."""
     if not lease:
         return None
     try:
-        return (time.time() if now is None else now) - float(lease.get("heartbeat", 0))
+        return time.time() - float(lease.get("heartbeat", 0))
     except (TypeError, ValueError):
         return None
 
 
 def driver_alive(storage: RunStorage) -> bool:
-    """Whether a driver is running the run in ``storage`` now (its lease is held and alive)."""
+    """Whether a driver is running the run in ``storage`` now, as far as one look can tell (``lease_alive``)."""
     return lease_alive(_read_lease(storage))
 
 
@@ -140,7 +177,8 @@ def create_exclusive(storage: RunStorage, name: str, data: bytes) -> bool:
                     raise OSError(f"S3 PutObject {target}: HTTP {status}") from exc
                 raise StorageError("create", target, OSError(str(exc))) from None
 
-        return with_retries("create", target, put)
+        # a 412 to a retry whose first try landed but lost its answer: the object is this call's own
+        return with_retries("create", target, put) or _holds(storage, name, data)
     global _warned_not_exclusive
     if not _warned_not_exclusive:
         _warned_not_exclusive = True
@@ -150,20 +188,28 @@ def create_exclusive(storage: RunStorage, name: str, data: bytes) -> bool:
     if storage.exists(name):
         return False
     storage.write_text(name, data.decode())
-    return (storage.read_text(name) or "").encode() == data  # write-then-read-back: best effort
+    return _holds(storage, name, data)  # write-then-read-back: best effort
+
+
+def _holds(storage: RunStorage, name: str, data: bytes) -> bool:
+    """Whether ``name`` holds exactly ``data`` (bytes unique to one create call: they hold its token)."""
+    return (with_retries("read", storage.path(name), lambda: storage.read_text(name)) or "").encode() == data
 
 
 class RunLock:
     def __init__(self, storage: RunStorage):
         self.storage = storage
-        self.owner = {"host": socket.gethostname(), "pid": os.getpid(), "token": uuid.uuid4().hex}
+        self.owner = {"host": socket.gethostname(), "boot": boot_id(), "pid": os.getpid(),
+                      "started": process_start(os.getpid()), "token": uuid.uuid4().hex}
+        self._beats = 0  # counted in the lease: each heartbeat changes it, whatever the wall clock says
         self._released = threading.Event()
         self._took_over: str | None = None  # the takeover marker this driver created
         self._renewed = time.monotonic()  # when the lease was last written
         self._lost: str | None = None  # why this driver no longer holds the lease
 
     def _lease_bytes(self) -> bytes:
-        return json.dumps({**self.owner, "heartbeat": time.time()}).encode()
+        self._beats += 1
+        return json.dumps({**self.owner, "beat": self._beats, "heartbeat": time.time()}).encode()
 
     def acquire(self) -> None:
         """Take the lease (failing fast with ``RunLockedError``) and keep it fresh in a thread."""
@@ -174,7 +220,7 @@ class RunLock:
             lease = _read_lease(self.storage)
             if lease is None:
                 continue  # released (or torn) in between: try again
-            if lease_alive(lease):
+            if self._alive(lease):
                 raise RunLockedError(
                     f"run {name!r} is being run by another driver (host {lease.get('host')}, "
                     f"pid {lease.get('pid')}); wait for it to finish or pick another {setting('name')}")
@@ -200,6 +246,21 @@ class RunLock:
             raise RunLockedError(f"run {name!r} was claimed by another driver at the same moment")
         self._renewed = time.monotonic()
         threading.Thread(target=self._keep_fresh, name="trainkit-lease", daemon=True).start()
+
+    def _alive(self, lease: dict[str, Any]) -> bool:
+        """``lease_alive``, and for another host's lease: whether it changed (a heartbeat, a release)
+        while this driver watched it for ``STALE_S`` on its own monotonic clock."""
+        if same_host(lease) or not lease_alive(lease):
+            return lease_alive(lease)
+        warn(f"run {self.storage.name!r} is held by a driver on host {lease.get('host')}; watching its "
+             f"heartbeat for {STALE_S:g} s before taking the run over", stacklevel=3)
+        deadline = time.monotonic() + STALE_S
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(WATCH_S, left))
+            now = _read_lease(self.storage)
+            if now != lease:
+                return now is not None  # a heartbeat; released: the takeover below sees it and starts over
+        return False
 
     def _delete(self, name: str) -> None:
         with_retries("delete", self.storage.path(name), lambda: self.storage.delete_file(name))

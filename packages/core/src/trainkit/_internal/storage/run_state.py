@@ -44,9 +44,9 @@ def start_profile(marks: dict[str, float], import_s: list[float], ray_start_s: f
 
 
 def _driver_gone(fs: "pafs.FileSystem", run_path: str) -> str | None:
-    """Why the run's driver counts as gone, if it does: its lease's (the run lock's) heartbeat is
-    older than ``lock.STALE_S``, or the lease is gone (a driver that ends releases it only after
-    its last state write)."""
+    """Why the run's driver counts as gone, if it does: its lease (the run lock) names a process of
+    this host that no longer exists (``lock.lease_alive``; another host's driver counts as alive), or
+    the lease is gone (a driver that ends releases it only after its last state write)."""
     from trainkit._internal.storage import lock
 
     try:
@@ -56,10 +56,11 @@ def _driver_gone(fs: "pafs.FileSystem", run_path: str) -> str | None:
         return "its lease is gone"
     except (OSError, ValueError):
         return None  # torn mid-write or unreadable: the driver may well be alive
-    silent_s = lock.heartbeat_age_s(lease) if isinstance(lease, dict) else None
-    if silent_s is None:
+    if not isinstance(lease, dict) or lock.lease_alive(lease):
         return None
-    return f"no heartbeat for {silent_s:.0f} s" if silent_s > lock.STALE_S else None
+    if "started" not in lease:  # an older trainkit's lease: its heartbeat is all there is
+        return f"no heartbeat for {lock.heartbeat_age_s(lease) or 0:.0f} s"
+    return f"its process (pid {lease.get('pid')} on this host) is gone"
 
 
 @dataclass

@@ -7,6 +7,7 @@ Layout of ``<storage_path>/<name>/``::
     .lock                     lease of the driver running this run
     checkpoint_000003/        committed: the ranks' files + .manifest.json (sizes, sha256, report)
     .tmp-checkpoint_000004-1/ being written by attempt 1; never loaded, swept on start
+    .reports/                 the ranks' records of checkpoint reports (report_records), swept on start
 
 Commit: every rank writes into the temporary directory; the driver writes the manifest and then
 renames the directory into place (local and shared filesystems). Object stores cannot rename a
@@ -62,6 +63,7 @@ METRICS = "metrics.jsonl"
 TMP_PREFIX = ".tmp-"
 DEBRIS_RETRY_S = (0.1, 0.5)  # a sweep tries a folder a late writer keeps filling again after these
 QUARANTINE = ".quarantine"  # checkpoints with a damaged manifest, kept for the user
+REPORTS = ".reports"  # the ranks' durable records of reports (report_records), swept once committed
 _CHUNK = 8 << 20
 _UNHASHED = {MANIFEST, METADATA}  # the manifest can't hash itself; metadata stays editable
 _CHECKPOINT_DIR = re.compile(r"checkpoint_\d+")
@@ -229,6 +231,13 @@ def copy_dir_local(local_dir: str, dest: str, **where: int) -> list[str | tuple[
         faults.point("upload_file", **where)
     os.makedirs(dest, exist_ok=True)
     return copied
+
+
+def copied_sizes(dest: str, copied: list[str | tuple[str, str]]) -> list[tuple[str, int]]:
+    """(relative path, size) of what ``copy_dir_local`` copied."""
+    return [(item[0], os.path.getsize(item[1])) if isinstance(item, tuple)
+            else (item, os.path.getsize(os.path.join(dest, item))) for item in copied if
+            (item[0] if isinstance(item, tuple) else item) not in _UNHASHED]
 
 
 def hash_local(dest: str, copied: list[str | tuple[str, str]]) -> list[FileEntry]:
@@ -600,7 +609,8 @@ class RunStorage:
     def sweep(self, recorded: Iterable[str] = ()) -> list[str]:
         """Clear what crashes left behind; return the names removed or moved.
 
-        Temporary directories and checkpoint directories never committed (no manifest) are deleted,
+        Temporary directories, checkpoint directories never committed (no manifest) and the report
+        records (``report_records``: a sweep comes after their commit) are deleted,
         and so are the attempt folders a committed checkpoint's manifest does not name (a late
         upload of another attempt: ``upload_path``).
         A temporary directory holding a whole checkpoint (its manifest verifies) whose name is in
@@ -611,6 +621,9 @@ class RunStorage:
         swept, entries = [], self._list(self.run_path)
         recorded = set(recorded)
         for info in entries:
+            if info.base_name == REPORTS and self._delete_debris(info.path):  # committed or of no use by now
+                swept.append(info.base_name)
+                continue
             if info.type != _file_type().Directory:
                 if info.base_name.startswith((TMP_PREFIX + "probe-", TMP_PREFIX + STATE)):
                     self.delete_file(info.base_name)

@@ -2,7 +2,8 @@
 
 A session lives in every worker (and in the driver in local mode). ``report()`` never waits for
 the driver: it validates the metrics, uploads this rank's checkpoint files if any (in the calling
-thread, or a background thread in ASYNC mode), and hands an event to ``sink``.
+thread, or a background thread in ASYNC mode), records a checkpoint report durably
+(``report_records``: it survives this process being killed) and hands an event to ``sink``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Callable
 from trainkit._internal.driver.progress import Progress
 from trainkit._internal.metrics import validate_metrics
 from trainkit._internal.naming import validate_name
+from trainkit._internal.storage import report_records
 from trainkit._internal.storage import run_storage as storage_mod
 from trainkit._internal.storage.capabilities import capabilities
 from trainkit._internal.worker.context_types import CheckpointUploadMode, TrainContext
@@ -120,9 +122,17 @@ class Session:
             self._reported_checkpoints.remove(index)
             self._hand_over(Report(rank, index, metrics, name, tmp_path, error=f"{type(exc).__name__}: {exc}"))
 
-        def deliver(files: Callable[[], list[storage_mod.FileEntry]], in_background: bool = False) -> None:
+        def record(files: list[tuple[str, int, str | None]]) -> None:
+            """The report's durable record: from now on it survives this process (report_records)."""
+            report_records.write(self.storage, self.context.attempt, report_records.Record(
+                rank, index, self.context.world_size, metrics, name, tmp_path, files))
+
+        def deliver(files: Callable[[], list[storage_mod.FileEntry]], in_background: bool = False,
+                    recorded: bool = False) -> None:
             try:
                 entries = files()
+                if not recorded:
+                    record([(e.path, e.size, e.sha256) for e in entries])
             except BaseException as exc:
                 if not in_background:
                     failed(exc)
@@ -161,11 +171,12 @@ class Session:
             # driver's commit) are computed in the background, off the training thread.
             try:
                 copied = storage_mod.copy_dir_local(checkpoint.path, tmp_path, **where)
+                record([(rel, size, None) for rel, size in storage_mod.copied_sizes(tmp_path, copied)])
             except BaseException as exc:
                 failed(exc)
                 raise
             self._background(lambda: deliver(lambda: storage_mod.hash_local(tmp_path, copied),
-                                             in_background=True))
+                                             in_background=True, recorded=True))
         else:
             deliver(upload)
 
