@@ -178,3 +178,20 @@ def test_plot_of_a_tampered_run_draws_and_prints_escaped(tampered, tmp_path):
         assert "Traceback" not in err, (args, err)
         assert not unsafe_characters(out + err), (args, out, err)
     assert png.stat().st_size > 0
+
+
+def printing_fn():
+    print(f"rank says {HYPERLINK} [/x] \x1b]0;title\x07 \u202e", flush=True)
+    trainkit.report({NAME: 0.5, "note": VALUE})
+
+
+def test_a_ray_fit_relays_worker_output_and_metrics_escaped(ray_cluster, run_config, capfd):
+    """Two ranks on Ray: each prints control sequences and markup and reports the hostile metric;
+    what the driver shows of both holds no control character, and fit() returns its Result."""
+    result = trainkit.DataParallelTrainer(printing_fn, scaling_config=ScalingConfig(num_workers=2),
+                                          run_config=run_config(verbose=2)).fit()
+    assert result.error is None and result.metrics["note"] == VALUE
+    out, err = capfd.readouterr()
+    assert "(rank 0) rank says \\x1b]8;;https://evil.example\\x1b\\click" in out, out
+    assert "[/x] \\x1b]0;title\\x07 \\u202e" in out and "\\x1b]0;pwn\\x07loss\\u202e=0.5" in err, (out, err)
+    assert not unsafe_characters(out + err), (out + err)[-3000:]
