@@ -20,6 +20,7 @@ import re
 import unicodedata
 
 _PLAIN = re.compile(r"[\x20-\x7e]*")  # printable ASCII: nothing to escape (the common case)
+_PLAIN_OUTPUT = re.compile(r"[\x20-\x7e\t\n]*")
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 # what reorders the text around it: overrides, embeddings, isolates (Trojan Source, CVE-2021-42574)
 _BIDI_CONTROLS = frozenset(chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A)))
@@ -56,7 +57,7 @@ def terminal_safe(text: object, keep_newlines: bool = False) -> str:
 def output_safe(text: str) -> str:
     """A line (or lines) a rank printed: colours, tabs, newlines and the text's own bidi marks kept,
     every other control character and the bidi overrides and isolates escaped."""
-    if _PLAIN.fullmatch(text):
+    if _PLAIN_OUTPUT.fullmatch(text):
         return text
     coloured = False
     parts: list[str] = []
