@@ -1,4 +1,6 @@
-"""The ``trainkit`` command."""
+"""The ``trainkit`` command. What it shows of a run (names, metrics, error messages, paths: read
+back from storage, which anyone with access to it may have written) is shown escaped
+(``terminal.terminal_safe``): it never drives the terminal nor is read as rich markup."""
 
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from trainkit._internal.storage import strict_json
+from trainkit._internal.terminal import terminal_safe
 
 
 def _plugins(args: argparse.Namespace) -> int:
@@ -32,17 +36,28 @@ def _plugins(args: argparse.Namespace) -> int:
     for row in rows:
         framework = f"{row['framework']} {row['framework_version'] or '(missing)'}" if row["framework"] else "-"
         status = row["status"] + (f": {row['reason']}" if row["reason"] else "")
-        table.add_row(row["name"], row["distribution"] or "-", row["version"] or "-", framework, status,
-                      ", ".join(row["backends"]) or "-")
+        table.add_row(*_cells(row["name"], row["distribution"] or "-", row["version"] or "-", framework, status,
+                              ", ".join(row["backends"]) or "-"))
     _print(table)
     return 0
 
 
 def _print(*renderables: Any) -> None:
+    """Tables whose cells are ``_cells``, texts: rich markup in them is never interpreted."""
     from trainkit._internal.display import emit
 
-    console = Console()
-    emit(console if console.is_terminal else Console(width=10_000), *renderables)
+    console = Console(emoji=False, highlight=False)
+    emit(console if console.is_terminal else Console(width=10_000, emoji=False, highlight=False), *renderables)
+
+
+def _cells(*values: Any) -> list[Text]:
+    """Table cells of data: shown escaped, never read as markup."""
+    return [Text(terminal_safe(value)) for value in values]
+
+
+def _say(message: str, error: bool = False) -> None:
+    """A line of the command's own, data in it shown escaped."""
+    print(terminal_safe(message), file=sys.stderr if error else sys.stdout)
 
 
 def _when(timestamp: float) -> str:
@@ -50,7 +65,8 @@ def _when(timestamp: float) -> str:
 
 
 def _metrics(metrics: dict[str, Any], limit: int = 4) -> str:
-    shown = [f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in list(metrics.items())[:limit]]
+    shown = [f"{terminal_safe(k)}={v:.4g}" if isinstance(v, float) else f"{terminal_safe(k)}={terminal_safe(v)}"
+             for k, v in list(metrics.items())[:limit]]
     return ", ".join(shown) + (", ..." if len(metrics) > limit else "") or "-"
 
 
@@ -63,20 +79,20 @@ def _runs(args: argparse.Namespace) -> int:
         runs = list_runs(storage_path)
     except FileNotFoundError as exc:
         if args.storage_path:  # a path the user named is not there
-            print(f"trainkit runs: {exc}", file=sys.stderr)
+            _say(f"trainkit runs: {exc}", error=True)
             return 2
         runs = []
     if args.json:
         print(strict_json.dumps(runs, indent=1, default=str))
         return 0
     if not runs:
-        print(f"no trainkit runs under {storage_path}")
+        _say(f"no trainkit runs under {storage_path}")
         return 0
     table = Table("name", "status", "attempts", "reports", "checkpoints", "best", "last metrics", "updated", box=None)
     for run in runs:
         best = f"{run['best_checkpoint']} ({run['best_by']})" if run["best_checkpoint"] else "-"
-        table.add_row(run["name"], run["status"], str(run["attempts"]), str(run["reports"]), str(run["checkpoints"]),
-                      best, _metrics(run["last_metrics"]), _when(run["updated"]))
+        table.add_row(*_cells(run["name"], run["status"], run["attempts"], run["reports"], run["checkpoints"],
+                              best, _metrics(run["last_metrics"]), _when(run["updated"])))
     _print(table)
     return 0
 
@@ -87,7 +103,7 @@ def _show(args: argparse.Namespace) -> int:
     try:
         run = describe_run(args.run, args.metric, args.mode)
     except (FileNotFoundError, ValueError) as exc:
-        print(f"trainkit show: {exc}", file=sys.stderr)
+        _say(f"trainkit show: {exc}", error=True)
         return 2
     if args.json:
         print(strict_json.dumps(run, indent=1, default=str))
@@ -118,8 +134,8 @@ def _show(args: argparse.Namespace) -> int:
     table = Table("checkpoint", "report", "attempt", "metrics", box=None)
     for c in run["checkpoints"]:
         marker = " *" if best and c["name"] == best["name"] else ""
-        table.add_row(c["name"] + marker, str(c["report_index"]), str(c["attempt"]), _metrics(c["metrics"], limit=8))
-    _print("\n".join(lines), table)
+        table.add_row(*_cells(c["name"] + marker, c["report_index"], c["attempt"], _metrics(c["metrics"], limit=8)))
+    _print(Text("\n".join(terminal_safe(line) for line in lines)), table)
     return 0
 
 
@@ -129,9 +145,9 @@ def _plot(args: argparse.Namespace) -> int:
     try:
         drawn = plot_metrics(args.run, args.metric, args.output, x=args.x)
     except (FileNotFoundError, ValueError, ImportError) as exc:
-        print(f"trainkit plot: {exc}", file=sys.stderr)
+        _say(f"trainkit plot: {exc}", error=True)
         return 2
-    print(json.dumps(drawn) if args.json else
+    _say(json.dumps(drawn) if args.json else
           f"wrote {drawn['output']}: {', '.join(drawn['metrics'])} over {drawn['reports']} reports (x: {drawn['x']}), "
           f"{drawn['checkpoints']} checkpoints ({len(drawn['deleted_checkpoints'])} deleted), "
           + (f"restarts at reports {', '.join(map(str, drawn['restarts_at']))}" if drawn["restarts_at"] else "no restarts"))
@@ -148,7 +164,7 @@ def _migrate(args: argparse.Namespace) -> int:
     try:
         migrations = migrate_paths(args.paths, write=args.write)
     except FileNotFoundError as exc:
-        print(f"trainkit migrate: {exc}", file=sys.stderr)
+        _say(f"trainkit migrate: {exc}", error=True)
         return 2
     unrewritten = [u for m in migrations for u in m.unrewritten]
     if args.json:
@@ -158,11 +174,11 @@ def _migrate(args: argparse.Namespace) -> int:
         for m in migrations:
             if args.write:
                 if m.migrated != m.source:
-                    print(f"rewrote {m.path}")
+                    _say(f"rewrote {m.path}")
             else:
                 sys.stdout.write(m.diff())
         for u in unrewritten:
-            print(f"not rewritten: {u}", file=sys.stderr)
+            _say(f"not rewritten: {u}", error=True)
     return 1 if unrewritten else 0
 
 

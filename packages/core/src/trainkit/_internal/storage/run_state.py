@@ -14,6 +14,7 @@ from trainkit._internal.storage import run_storage as storage_mod
 from trainkit._internal.storage import strict_json
 from trainkit._internal.storage.metrics_log import read_last_report
 from trainkit._internal.storage.untrusted import stored_name
+from trainkit._internal.terminal import terminal_safe
 from trainkit.config import CheckpointConfig
 from trainkit.errors import NotRegularFileError
 
@@ -160,7 +161,8 @@ class RunState:
             except FileNotFoundError:
                 continue
             except (NotRegularFileError, ValueError, TypeError, KeyError) as exc:
-                logger.warning("trainkit: %s in %s is unreadable (%s); trying the previous copy", name, run_path, exc)
+                logger.warning("trainkit: %s in %s is unreadable (%s); trying the previous copy", name, run_path,
+                               terminal_safe(exc))  # a TypeError names a key read from the file
         return None
 
     @classmethod

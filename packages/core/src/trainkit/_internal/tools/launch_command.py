@@ -13,6 +13,7 @@ from typing import Any
 
 import trainkit
 from trainkit._internal import interface
+from trainkit._internal.terminal import terminal_safe
 from trainkit._internal.tools.launch import (
     DEFAULT_SHUTDOWN_TIMEOUT_S,
     DEFAULT_SIGNALS,
@@ -58,7 +59,7 @@ def main(args: Any) -> int:
                 f"{DEFAULT_SIGNALS},SIGUSR1" if unknown else "",
                 f"script {args.script!r} is not a file" if not os.path.isfile(script) else ""]
     if problem := next((p for p in problems if p), None):
-        print(f"trainkit launch: {problem}", file=sys.stderr)
+        print(terminal_safe(f"trainkit launch: {problem}"), file=sys.stderr)
         return 2
     resources = {"CPU": args.cpus_per_worker, **({"GPU": args.gpus_per_worker} if args.gpus_per_worker else {})}
     name = args.name or f"{os.path.splitext(os.path.basename(script))[0]}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
@@ -73,7 +74,7 @@ def main(args: Any) -> int:
                 run_config=trainkit.RunConfig(name=name, storage_path=args.storage_path,
                                               failure_config=trainkit.FailureConfig(max_failures=args.max_failures)))
         except ValueError as exc:
-            print(f"trainkit launch: {exc}", file=sys.stderr)
+            print(terminal_safe(f"trainkit launch: {exc}"), file=sys.stderr)
             return 2
         try:
             trainer.fit()
@@ -82,7 +83,7 @@ def main(args: Any) -> int:
                 return 128 + forwarder.received[0]
             raise
         except trainkit.RunLockedError as exc:
-            print(f"trainkit launch: {exc}", file=sys.stderr)
+            print(terminal_safe(f"trainkit launch: {exc}"), file=sys.stderr)
             return 1
         except trainkit.TrainingFailedError as exc:
             if isinstance(exc.__cause__, ScriptExitError):
@@ -101,7 +102,8 @@ def _record_root_cause(error: ScriptExitError) -> None:
             with open(path, "w") as f:
                 json.dump(error.error, f)
         except OSError as exc:
-            print(f"trainkit launch: could not write TORCHELASTIC_ERROR_FILE {path}: {exc}", file=sys.stderr)
+            print(terminal_safe(f"trainkit launch: could not write TORCHELASTIC_ERROR_FILE {path}: {exc}"),
+                  file=sys.stderr)
 
 
 def _seconds(value: str | float) -> tuple[float, str]:

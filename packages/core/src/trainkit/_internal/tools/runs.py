@@ -11,6 +11,7 @@ from typing import Any
 from trainkit._internal.storage import run_storage as storage_mod
 from trainkit._internal.storage.metrics_log import read_metrics_log
 from trainkit._internal.storage.run_state import START_PHASES, RunState, is_score
+from trainkit._internal.terminal import terminal_safe
 from trainkit.config import CheckpointConfig
 
 # names where lower is better: losses, errors, distances, perplexity, durations
@@ -95,6 +96,12 @@ def _checkpoint_dirs(fs: Any, path: str) -> set[str]:
             if info.type == pafs.FileType.Directory}
 
 
+def _label(text: str) -> str:
+    """Text drawn on the plot: control characters shown escaped, ``$`` a dollar sign (never
+    matplotlib's mathtext, which fails the drawing on a bad formula)."""
+    return terminal_safe(text).replace("$", r"\$")
+
+
 def plot_metrics(run_path: str, metrics: list[str], output: str, x: str = "index") -> dict[str, Any]:
     """Write a PNG of ``metrics`` over the run's reports (``x``: report index, the reported ``step``
     or the wall-clock time): one panel per metric, checkpoints that still exist as green dots, deleted
@@ -134,7 +141,7 @@ def plot_metrics(run_path: str, metrics: list[str], output: str, x: str = "index
     for ax, metric in zip(axes[:, 0], metrics):
         points = [(where(r), r["metrics"][metric], r.get("checkpoint")) for r in log
                   if isinstance(r["metrics"].get(metric), (int, float))]
-        ax.plot([p[0] for p in points], [p[1] for p in points], color="tab:blue", label=metric)
+        ax.plot([p[0] for p in points], [p[1] for p in points], color="tab:blue", label=_label(metric))
         kept = [p for p in points if p[2] and p[2] in existing]
         gone = [p for p in points if p[2] and p[2] not in existing]
         ax.scatter([p[0] for p in kept], [p[1] for p in kept], color="tab:green", zorder=3, label="checkpoint")
@@ -150,7 +157,7 @@ def plot_metrics(run_path: str, metrics: list[str], output: str, x: str = "index
                        label=f"best checkpoint ({mode})")
         for i, r in enumerate(restarts):
             ax.axvline(where(r), color="tab:red", linestyle="--", linewidth=1, label="restart" if i == 0 else None)
-        ax.set_ylabel(metric)
+        ax.set_ylabel(_label(metric))
         ax.grid(alpha=0.3)
         ax.legend(loc="best", fontsize="small")
     bottom = axes[-1, 0]
@@ -161,7 +168,7 @@ def plot_metrics(run_path: str, metrics: list[str], output: str, x: str = "index
         bottom.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
     else:
         bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
-    fig.suptitle(f"{posixpath.basename(path)}" + (f" ({len(restarts)} restart(s))" if restarts else ""))
+    fig.suptitle(_label(posixpath.basename(path)) + (f" ({len(restarts)} restart(s))" if restarts else ""))
     fig.tight_layout()
     fig.savefig(output, dpi=100)
     plt.close(fig)
