@@ -171,3 +171,43 @@ def test_on_abort_runs_before_a_failed_attempts_workers_are_killed_and_never_aft
                         run_config=run_config(failure_config=trainkit.FailureConfig(max_failures=1))).fit()
     assert seen["aborted"] == [[{"TRAINKIT_RANK": "0"}, {"TRAINKIT_RANK": "1"}]]  # attempt 0 only
     assert seen["shut_down"] == [2]  # attempt 1 only
+
+
+def _serve_on_held_socket(port):
+    """Rank 0: the framework's server starts on the socket its worker bound for the rendezvous."""
+    from trainkit.backend import take_listening_socket
+
+    sock = take_listening_socket(port)
+    held = sock is not None and sock.getsockname()[1] == port
+    if sock is not None:
+        sock.close()
+    return held
+
+
+class _ListeningBackend(Backend):
+    def on_start(self, worker_group, backend_config):
+        import errno
+        import socket
+
+        rank0 = worker_group.rendezvous(listen=True)[0]
+        try:  # another process on the host trying the port in the window before the framework binds it
+            socket.create_server((rank0.master_addr, rank0.master_port)).close()
+            seen["taken_by_another"] = True
+        except OSError as exc:
+            seen["taken_by_another"] = exc.errno != errno.EADDRINUSE
+        seen["served"] = worker_group.execute_single(0, _serve_on_held_socket, rank0.master_port)
+
+
+@dataclass
+class ListeningConfig(BackendConfig):
+    @property
+    def backend_cls(self):
+        return _ListeningBackend
+
+
+def test_a_rendezvous_port_is_bound_by_rank_0_before_anyone_hears_of_it(ray_cluster, run_config):
+    """Issue 44 item 5: no port is picked free, released, and bound later (another process took it
+    in between under load in CI: "Address already in use" binding rank 0's store)."""
+    DataParallelTrainer(lambda: None, backend_config=ListeningConfig(), scaling_config=ScalingConfig(num_workers=2),
+                        run_config=run_config()).fit()
+    assert seen["taken_by_another"] is False and seen["served"] is True

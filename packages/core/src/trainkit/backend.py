@@ -20,7 +20,7 @@ Example (a framework that needs a coordinator address and its rank on every work
 
     class MyBackend(Backend):
         def on_start(self, worker_group, backend_config):
-            ranks = worker_group.rendezvous()               # rank 0's node address, free port, ranks
+            ranks = worker_group.rendezvous()               # rank 0's node address, a free port, ranks
             worker_group.set_env([r.env() for r in ranks])  # MASTER_ADDR, RANK, ...; undone at teardown
             worker_group.execute_per_rank(init_my_framework,
                                           [(r.master_addr, r.master_port, r.world_rank) for r in ranks])
@@ -32,9 +32,10 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, ContextManager, Mapping, Protocol, Sequence
 
-from trainkit._internal.cluster.net import interface_of
+from trainkit._internal.cluster.net import interface_of, take_listening_socket
 
-__all__ = ["Backend", "BackendConfig", "BackendRegistry", "Rendezvous", "WorkerGroup", "WorkerInfo", "interface_of"]
+__all__ = ["Backend", "BackendConfig", "BackendRegistry", "Rendezvous", "WorkerGroup", "WorkerInfo", "interface_of",
+           "take_listening_socket"]
 
 
 @dataclass(frozen=True)
@@ -105,15 +106,24 @@ class WorkerGroup(Protocol):
         """Set environment variables on every rank (one mapping for all, or one per rank); the
         previous values come back when the group shuts down after ``on_shutdown``."""
 
-    def rendezvous(self) -> list[Rendezvous]:
-        """Every rank's ``Rendezvous``, in rank order, with a port free on rank 0's node."""
+    def rendezvous(self, listen: bool = False) -> list[Rendezvous]:
+        """Every rank's ``Rendezvous``, in rank order, with a port on rank 0's node. ``listen=True``:
+        rank 0's worker process binds that port first and holds it listening; the framework's server
+        on rank 0 takes it with ``take_listening_socket(port)`` (no other process can take the port
+        in between). Else the port is free now, for a framework that binds it itself."""
+
+    def node_address(self, rank: int = 0) -> str:
+        """The host other ranks reach ``rank``'s node at (127.0.0.1 when the group is on one node),
+        for a framework server that binds a port of its own choosing (port 0) and publishes it."""
 
     def free_address(self, rank: int = 0) -> tuple[str, int]:
-        """The host other ranks reach ``rank``'s node at and a TCP port free there."""
+        """The host other ranks reach ``rank``'s node at and a TCP port free there now; a framework
+        that binds it later may find it taken in between: prefer ``rendezvous(listen=True)``."""
 
     def free_ports(self, count: int = 1) -> list[tuple[str, list[int]]]:
-        """For every rank: the host others reach it at and ``count`` ports free there, none offered
-        twice on one host (for frameworks where every worker listens)."""
+        """For every rank: the host others reach it at and ``count`` ports free there now, none
+        offered twice on one host (for frameworks where every worker listens; the window of
+        ``free_address`` applies)."""
 
 
 class Backend:

@@ -89,7 +89,7 @@ def _shutdown_horovod() -> None:
 
 class HorovodBackend(Backend):
     def on_start(self, worker_group: WorkerGroup, backend_config: HorovodConfig) -> None:
-        host, _ = worker_group.free_address(0)  # loopback when the group is on one node
+        host = worker_group.node_address(0)  # loopback when the group is on one node; its server picks its port
         plan = slots(worker_group.workers)
         address = worker_group.execute_single(0, _start_rendezvous, host, plan, backend_config.verbose)
         nics = sorted(backend_config.nics) if backend_config.nics else None

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import socket
 from datetime import timedelta
 
 from trainkit import Backend
-from trainkit.backend import WorkerGroup, interface_of
+from trainkit.backend import WorkerGroup, interface_of, take_listening_socket
 
 from trainkit_torch.config import TorchConfig
 from trainkit_torch.train_loop_utils import gpu_index
@@ -27,10 +26,10 @@ def _init_process_group(backend: str | None, addr: str, port: int, rank: int, wo
         _bind_gloo_to_node_address(addr)
     timeout = timedelta(seconds=timeout_s)
     # init_method "env" and "tcp" both mean a TCPStore at MASTER_ADDR:MASTER_PORT. torch's own store
-    # server listens on every interface whatever MASTER_ADDR says, so rank 0 hands it a socket
-    # bound to the node's address alone (loopback when the group is on one node).
-    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
-    fd = socket.create_server((addr, port), family=family, backlog=world_size + 16).detach() if rank == 0 else None
+    # server listens on every interface whatever MASTER_ADDR says, so rank 0 hands it the socket its
+    # worker bound to the node's address alone (loopback when the group is on one node) when the
+    # port was chosen (rendezvous(listen=True)): no other process can take the port in between.
+    fd = take_listening_socket(port).detach() if rank == 0 else None
     try:
         store = dist.TCPStore(addr, port, world_size, rank == 0, timeout, master_listen_fd=fd)
     except NotImplementedError:  # some torch releases' libuv server takes no listening fd: the classic one does
@@ -59,7 +58,7 @@ def _destroy_process_group() -> None:
 
 class TorchBackend(Backend):
     def on_start(self, worker_group: WorkerGroup, backend_config: TorchConfig) -> None:
-        ranks = worker_group.rendezvous()
+        ranks = worker_group.rendezvous(listen=True)
         worker_group.set_env([r.env() for r in ranks])  # torchrun's variables (init_method "env" reads them)
         worker_group.execute_per_rank(_init_process_group, [
             (backend_config.backend, r.master_addr, r.master_port, r.world_rank, r.world_size, backend_config.timeout_s)

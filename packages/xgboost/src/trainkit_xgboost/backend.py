@@ -74,7 +74,7 @@ def communicator() -> Iterator[None]:
 
 class XGBoostBackend(Backend):
     def on_training_start(self, worker_group, backend_config: XGBoostConfig) -> None:
-        host, _ = worker_group.free_address(0)
+        host = worker_group.node_address(0)  # the tracker binds a port of its own (0) and publishes it
         args = worker_group.execute_single(0, _start_tracker, host, len(worker_group), backend_config.timeout_s)
         worker_group.execute(_set_communicator_args, args)
 

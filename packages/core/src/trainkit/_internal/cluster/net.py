@@ -16,6 +16,29 @@ def free_ports(count: int = 1) -> list[int]:
         return [s.getsockname()[1] for s in sockets]
 
 
+_listening: dict[int, socket.socket] = {}  # this worker's sockets bound by listen_on_node, by port
+
+
+def listen_on_node(loopback: bool) -> tuple[str, int]:
+    """Bind a listening TCP socket on a port the kernel picks, on the address other processes reach
+    this node at (127.0.0.1 when ``loopback``), and hold it here for ``take_listening_socket``: the
+    port is this process's from the start, never picked, released and bound again later (which
+    another process may do in between)."""
+    import ray
+
+    host = "127.0.0.1" if loopback else ray.util.get_node_ip_address()
+    sock = socket.create_server((host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET,
+                                backlog=socket.SOMAXCONN)
+    port = sock.getsockname()[1]
+    _listening[port] = sock
+    return host, port
+
+
+def take_listening_socket(port: int) -> socket.socket | None:
+    """The socket ``listen_on_node`` bound for ``port`` in this process (the caller owns it now), or None."""
+    return _listening.pop(port, None)
+
+
 def host_and_ports(loopback: bool, count: int) -> tuple[str, list[int]]:
     """The address other processes reach this node at (127.0.0.1 when ``loopback``) and free ports."""
     import ray

@@ -65,7 +65,7 @@ class LaunchConfig(BackendConfig):
 
 class _LaunchBackend(Backend):
     def on_start(self, worker_group: Any, backend_config: BackendConfig) -> None:
-        worker_group.set_env([r.env() for r in worker_group.rendezvous()])
+        worker_group.set_env([r.env() for r in worker_group.rendezvous(listen=True)])  # rank 0's store holds the port
         forwarder.watch(worker_group, backend_config)
 
     def on_shutdown(self, worker_group: Any, backend_config: BackendConfig) -> None:
@@ -215,9 +215,13 @@ def _host_store(env: dict[str, str], proc: subprocess.Popen) -> None:
 
     from torch.distributed import TCPStore
 
+    from trainkit.backend import take_listening_socket
+
     try:
+        listening = take_listening_socket(int(env["MASTER_PORT"]))  # bound by rendezvous(listen=True)
         _agent_store = TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=True,
-                                wait_for_workers=False, multi_tenant=True, timeout=timedelta(minutes=30))
+                                wait_for_workers=False, multi_tenant=True, timeout=timedelta(minutes=30),
+                                master_listen_fd=listening.detach() if listening else None)
     except Exception:
         proc.kill()
         raise

@@ -204,12 +204,20 @@ class WorkerGroup:
 
         ray.get(self.execute_async(_restore_env), timeout=timeout_s)
 
-    def rendezvous(self) -> list[Rendezvous]:
-        """Every rank's ranks and sizes, with rank 0's node address and a port free there."""
-        addr, port = self.free_address(0)
+    def rendezvous(self, listen: bool = False) -> list[Rendezvous]:
+        """Every rank's ranks and sizes, with rank 0's node address and a port there: bound and held
+        by rank 0's worker with ``listen`` (``backend.take_listening_socket``), else free now."""
+        if listen:
+            addr, port = self.execute_single(0, net.listen_on_node, self._single_node())
+        else:
+            addr, port = self.free_address(0)
         num_nodes = len({w.node_rank for w in self.workers})
         return [Rendezvous(addr, port, w.world_rank, len(self.workers), w.local_rank, w.local_world_size,
                            w.node_rank, num_nodes) for w in self.workers]
+
+    def node_address(self, rank: int = 0) -> str:
+        """The host other ranks reach ``rank``'s node at: 127.0.0.1 when the whole group is on one node."""
+        return "127.0.0.1" if self._single_node() else self.workers[rank].ip
 
     def free_address(self, rank: int = 0) -> tuple[str, int]:
         """A host other ranks reach ``rank``'s node at, and a TCP port free there, for a framework's
