@@ -66,7 +66,8 @@ def test_an_old_import_is_the_first_import_of_a_fresh_interpreter():
     assert "trainkit.callbacks.MetricNames moved to trainkit.framework.MetricNames" in out.stderr
 
 
-def _legacy_suite(legacy_module):
+def _legacy_suite(legacy):
+    """The plugin's conformance class, from its own test file (``legacy``: the plugin is importable)."""
     spec = importlib.util.spec_from_file_location("legacy_test_conformance", LEGACY / "tests" / "test_conformance.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
