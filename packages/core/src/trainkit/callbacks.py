@@ -5,10 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
+from trainkit._internal.moved import moved_names
+
 if TYPE_CHECKING:
     from trainkit.checkpoint import Checkpoint
 
 __all__ = ["RunContext", "UserCallback"]
+
+# Moved to trainkit.framework (above this module's layer); importable from here, with a
+# DeprecationWarning, for one minor release.
+__getattr__ = moved_names(__name__, {"MetricNames": "trainkit.framework", "ReportCallbackBase": "trainkit.framework"})
 
 
 @dataclass(frozen=True)

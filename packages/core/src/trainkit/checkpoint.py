@@ -11,6 +11,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
+from trainkit._internal.moved import moved_names
 from trainkit._internal.storage import run_storage as storage
 from trainkit._internal.storage import strict_json
 from trainkit._internal.storage.capabilities import capabilities
@@ -20,6 +21,11 @@ if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
 __all__ = ["Checkpoint", "ReportedCheckpoint", "ReportedCheckpointStatus"]
+
+# Moved to trainkit.framework (above this module's layer); importable from here, with a
+# DeprecationWarning, for one minor release.
+__getattr__ = moved_names(__name__, {name: "trainkit.framework" for name in (
+    "CheckpointIO", "ModelFileCheckpointIO", "resume_file")})
 
 
 class Checkpoint:

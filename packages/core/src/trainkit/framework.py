@@ -10,6 +10,7 @@ import os
 import tempfile
 from typing import Any, ClassVar, Iterator
 
+from trainkit._internal import moved
 from trainkit._internal.storage import run_storage as storage
 from trainkit.checkpoint import Checkpoint
 from trainkit.context import get_checkpoint, get_context, report
@@ -203,3 +204,7 @@ class ReportCallbackBase:
             self._io.report(metrics, model)
         else:
             report(metrics)
+
+
+# What moved here from trainkit.callbacks and trainkit.checkpoint, given out there too (deprecated)
+moved.provide(__name__, globals())

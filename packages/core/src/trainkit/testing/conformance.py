@@ -38,10 +38,12 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import json
 import os
 import sys
 import uuid
+import warnings
 from typing import Any, Callable, ClassVar
 
 import pytest
@@ -352,7 +354,9 @@ class CheckpointConformance:
     seeds give different states, so that each rank holds its own) and ``assert_same`` (raises
     unless a loaded state equals the saved one). The committed checkpoint must hold rank 0's state,
     reported by rank 0 alone (other ranks may save too, where the framework needs it, e.g. Keras
-    under a multi-worker strategy, but report metrics only)."""
+    under a multi-worker strategy, but report metrics only). A ``make_state(self)`` written before
+    the seed existed still runs, deprecated: it warns once (``DeprecationWarning``) and every rank
+    then holds the same state."""
 
     checkpoint_io: ClassVar[CheckpointIO]
 
@@ -367,9 +371,23 @@ class CheckpointConformance:
     def assert_same(self, loaded: Any, saved: Any) -> None:
         assert loaded == saved
 
+    def _make_state(self, seed: int) -> Any:
+        """``make_state(seed)``, or ``make_state()`` where the subclass's override predates the seed
+        (deprecated: it warns once, and every rank then holds the same state)."""
+        if _takes_seed(self.make_state):
+            return self.make_state(seed)
+        _warn_once(type(self), "make_state", (
+            f"{type(self).__qualname__}.make_state() takes no seed: add one, make_state(self, seed), and return a "
+            "different state for each seed (the suite gives each rank its own state, so that a checkpoint of the "
+            "wrong rank fails; without a seed every rank holds the same state). make_state() without a seed is "
+            "deprecated and goes after one minor release"))
+        return self.make_state()  # type: ignore[call-arg]
+
     def _states(self) -> list[Any]:
         """One state per rank, each different (else a checkpoint of the wrong rank would pass)."""
-        states = [self.make_state(seed) for seed in range(2)]
+        states = [self._make_state(seed) for seed in range(2)]
+        if not _takes_seed(self.make_state):
+            return states  # the same state twice: the deprecated make_state() cannot tell the ranks apart
         try:
             self.assert_same(states[1], states[0])
         except AssertionError:
@@ -384,7 +402,7 @@ class CheckpointConformance:
                 "saves": str(saves)}
 
     def test_round_trip_in_process(self, tmp_path) -> None:
-        state = self.make_state(0)
+        state = self._make_state(0)
         self.checkpoint_io.save(state, str(tmp_path))
         assert os.listdir(tmp_path), "save() wrote no file"
         assert not any(name.startswith(".") for name in os.listdir(tmp_path)), "dot files are trainkit's own"
@@ -419,6 +437,32 @@ class CheckpointConformance:
             f.write(bytes([first[0] ^ 0xFF]) if first else b"x")
         with pytest.raises(CheckpointCorruptError):
             self.checkpoint_io.load(result.checkpoint)
+
+
+def _takes_seed(method: Callable) -> bool:
+    """Whether a bound ``make_state`` takes a positional argument (the seed)."""
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: call it as documented
+        return True
+    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in parameters)
+
+
+_warned: set[tuple[type, str]] = set()
+
+
+def _warn_once(cls: type, hook: str, message: str) -> None:
+    """A ``DeprecationWarning`` about ``cls``'s override of ``hook``, once per class and process,
+    pointing at the override's ``def`` line."""
+    if (cls, hook) in _warned:
+        return
+    _warned.add((cls, hook))
+    code = getattr(getattr(cls, hook), "__code__", None)
+    if code is None:
+        warnings.warn(message, DeprecationWarning, stacklevel=3)
+    else:
+        warnings.warn_explicit(message, DeprecationWarning, code.co_filename, code.co_firstlineno,
+                               module=cls.__module__)
 
 
 def _saves(config: dict) -> list[int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import itertools
 import os
 import threading
@@ -12,12 +13,17 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from trainkit._internal.cluster import net
 from trainkit._internal.cluster.net import free_ports
 from trainkit._internal.worker import spare
 from trainkit.config import RunConfig
 
 _names = itertools.count()
-_GRACE_S = 10.0  # how long a guard waits for threads and processes that are already ending
+_GRACE_S = 10.0  # how long a guard waits for threads and processes that the test itself started
+# How long the process guard waits for the exit of the Ray cluster's processes a test left behind
+# (killed actors, workers shutting down): it waits on their exit, so this only bounds a real leak,
+# and it is generous because a loaded machine takes its time to end a worker process.
+_STOPPING_S = 120.0
 
 
 @pytest.fixture(scope="module")
@@ -117,8 +123,8 @@ def no_leaked_env(preimported_modules: tuple[str, ...]) -> Iterator[None]:
         pytest.fail(f"the test leaked environment variables: {', '.join(changed)} (restored)")
 
 
-def _wait_until_gone(find: Callable[[], list], grace_s: float = _GRACE_S) -> list:
-    deadline = time.monotonic() + grace_s
+def _wait_until_gone(find: Callable[[], list], grace_s: float | None = None) -> list:
+    deadline = time.monotonic() + (_GRACE_S if grace_s is None else grace_s)
     while (left := find()) and time.monotonic() < deadline:
         time.sleep(0.05)
     return left
@@ -142,14 +148,43 @@ def _ray_owned(process: Any) -> bool:
         return True
 
 
+def _cluster_roots() -> tuple[str, ...]:
+    """Where the programs of a Ray cluster live: Ray's package (raylet, gcs_server, its workers) and
+    trainkit's cluster folder (the embedded cluster's worker, agent stub and watchdog)."""
+    roots = [os.path.dirname(os.path.abspath(net.__file__)) + os.sep]
+    spec = importlib.util.find_spec("ray")  # not imported here
+    if spec is not None and spec.submodule_search_locations:
+        roots.extend(os.path.abspath(path) + os.sep for path in spec.submodule_search_locations)
+    return tuple(roots)
+
+
+def _of_a_cluster(process: Any, before: set[int], roots: tuple[str, ...]) -> bool:
+    """A process the Ray cluster runs: below a process that ran before the test (the module's
+    raylet starts the workers of the test's actors), or a Ray or trainkit cluster program by its
+    command line (a cluster the test started and stopped)."""
+    try:
+        if any(parent.pid in before for parent in process.parents()):
+            return True
+        cmdline = " ".join(process.cmdline())
+    except Exception:  # noqa: BLE001 - it exited meanwhile
+        return False
+    return cmdline.startswith("ray::") or any(root in cmdline for root in roots)
+
+
 @pytest.fixture
 def no_leaked_processes() -> Iterator[None]:
     """Fails a test that leaves new descendant processes of the test process running (Ray's idle
-    worker pool excepted), e.g. a framework's tracker or a worker actor that was never killed."""
+    worker pool excepted), e.g. a framework's tracker or a worker actor that was never killed.
+
+    What the test started itself has ``_GRACE_S`` (10 s) to end. The Ray cluster's processes (the
+    workers of killed actors, a stopped cluster's programs) are waited on until they exit, up to
+    ``_STOPPING_S`` (120 s): on a loaded machine a worker takes its time to end, and only one still
+    running then is a leak."""
     import psutil
 
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
+    roots = _cluster_roots()
 
     def alive(process: Any) -> bool:
         try:
@@ -157,14 +192,22 @@ def no_leaked_processes() -> Iterator[None]:
         except psutil.NoSuchProcess:  # it exited while we looked
             return False
 
-    def new_processes() -> list:
-        return [p for p in me.children(recursive=True) if p.pid not in before and alive(p) and not _ray_owned(p)]
+    def new_processes(of_the_cluster: bool) -> list:
+        return [p for p in me.children(recursive=True) if p.pid not in before and alive(p) and not _ray_owned(p)
+                and _of_a_cluster(p, before, roots) == of_the_cluster]
 
     yield
+    started = time.monotonic()
     # trainkit's warm workers for the next fit are no leak, but new processes whenever Ray's idle pool had
     # none to give them (a busy machine): stopped first, then waited for like the rest
     spare.take(None)
-    left = _wait_until_gone(new_processes)
+    left = _wait_until_gone(lambda: new_processes(of_the_cluster=False))
+    deadline = started + _STOPPING_S
+    stopping = new_processes(of_the_cluster=True)
+    while stopping and (remaining := deadline - time.monotonic()) > 0:
+        psutil.wait_procs(stopping, timeout=min(1.0, remaining))
+        stopping = new_processes(of_the_cluster=True)  # listed again: a worker back in Ray's idle pool is no leak
+    left += stopping
     if left:
         names = []
         for p in left:
