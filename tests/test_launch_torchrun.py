@@ -1,5 +1,6 @@
 """`trainkit launch` runs an unmodified torchrun DDP script (examples/torchrun_ddp.py) on 2 workers,
-and restarts it when a rank exits with an error."""
+and restarts it when a rank exits with an error; torchrun's own documented command lines run with
+`torchrun` replaced by `trainkit launch`."""
 
 import json
 import sys
@@ -111,8 +112,8 @@ def test_torchruns_documented_command_lines_run_with_trainkit_launch(tmp_path):
     for what, line in lines.items():
         out_dir = tmp_path / what
         out_dir.mkdir()
-        out = subprocesses.run([sys.executable, "-m", "trainkit.cli", "launch", *line, "--out", str(out_dir), "-m", "x"],
-                               capture_output=True, text=True, timeout=240, cwd=tmp_path)
+        command = [sys.executable, "-m", "trainkit.cli", "launch", *line, "--out", str(out_dir), "-m", "x"]
+        out = subprocesses.run(command, capture_output=True, text=True, timeout=240, cwd=tmp_path)
         assert out.returncode == 0, (what, out.stdout[-2000:], out.stderr[-3000:])
         seen = [json.loads((out_dir / f"rank_{rank}.json").read_text()) for rank in (0, 1)]
         for rank, env in enumerate(seen):
@@ -121,7 +122,7 @@ def test_torchruns_documented_command_lines_run_with_trainkit_launch(tmp_path):
             assert env["name"] == "__main__" and env["argv"] == ["--out", str(out_dir), "-m", "x"]  # the script's
         assert seen[0]["TORCHELASTIC_MAX_RESTARTS"] == ("1" if what == "module" else "0")
         assert seen[0]["ROLE_NAME"] == ("trainer" if what == "no_python" else "default")
-        notes = [line for line in out.stderr.splitlines() if line.startswith("trainkit launch:")]
+        notes = [n for n in out.stderr.splitlines() if n.startswith("trainkit launch:")]
         if what == "standalone":
             assert notes == ["trainkit launch: --standalone: not needed, ignored (this one command places all 2 ranks "
                              "on Ray and sets their MASTER_ADDR/MASTER_PORT; each rank is a fresh process)"]

@@ -85,14 +85,14 @@ def add_arguments(parser: Any) -> None:
     flag(size, "node-rank", type=int, metavar="R",
          help="this node's rank: with --nnodes > 1, only node rank 0 launches (all ranks); the others exit 0 "
          "(default: $SLURM_NODEID under srun with --nnodes > 1, else 0)")
-    flag(size, "cpus-per-worker", type=float, default=1.0, help="CPUs each rank reserves (default: 1)")
-    flag(size, "gpus-per-worker", type=float,
+    flag(size, "cpus-per-worker", type=float, default=1.0, metavar="C", help="CPUs each rank reserves (default: 1)")
+    flag(size, "gpus-per-worker", type=float, metavar="G",
          help="GPUs each rank reserves (default: 1 with --nproc-per-node gpu, or auto on a GPU machine; else 0)")
     run = parser.add_argument_group("the run")
-    flag(run, "max-failures", "max-restarts", type=int, default=0, env="PET_MAX_RESTARTS",
+    flag(run, "max-failures", "max-restarts", type=int, default=0, env="PET_MAX_RESTARTS", metavar="K",
          help="restart all ranks this many times after a rank fails (-1: always; default: 0)")
     flag(run, "name", help="the run's name (default: <script>_<date>)")
-    flag(run, "storage-path", help="where the run directory goes (default: $TRAINKIT_STORAGE_PATH, "
+    flag(run, "storage-path", metavar="P", help="where the run directory goes (default: $TRAINKIT_STORAGE_PATH, "
          "else ~/trainkit_results)")
     flag(run, "shutdown-timeout", type=float, metavar="SECONDS",
          help="after a signal to the launcher, or a rank's failure, the ranks still running are "
@@ -223,7 +223,9 @@ def _ranks_per_node(value: str, flag: str) -> tuple[int, bool]:
         if gpus := _visible_gpus():
             return gpus, True
         if value == "gpu":
-            raise UsageError(f"{flag} gpu: no GPU is visible here (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')})")
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            raise UsageError(f"{flag} gpu: no GPU is visible here" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible
+                                                                      is not None else ""))
     if value in ("cpu", "auto"):
         return os.cpu_count() or 1, False
     raise UsageError(f"{flag} {value}: expected a number, gpu, cpu or auto")
