@@ -62,9 +62,9 @@ def test_nproc_per_node_number_gpu_cpu_auto(script, monkeypatch):
     with pytest.raises(UsageError, match="--nproc-per-node gpu: no GPU is visible here"):
         plan("--nproc-per-node", "gpu", script)
     monkeypatch.setattr(launch_command, "_visible_gpus", lambda: 3)
-    for value in ("gpu", "auto"):  # one rank per GPU, each reserving one
+    for value in ("gpu", "auto"):  # one rank per GPU; each sees them all, as under torchrun (nothing reserved)
         p = plan("--nproc-per-node", value, script)
-        assert p.num_workers == 3 and p.resources == {"CPU": 1.0, "GPU": 1.0}
+        assert p.num_workers == 3 and p.resources == {"CPU": 1.0}
     assert plan("--nproc-per-node", "gpu", "--gpus-per-worker", "0.5", script).resources == {"CPU": 1.0, "GPU": 0.5}
     for value, message in (("0", "--nproc_per_node 0: expected 1 or more"),
                            ("tpu", "--nproc_per_node tpu: expected a number, gpu, cpu or auto")):

@@ -78,16 +78,17 @@ def add_arguments(parser: Any) -> None:
 
     size = parser.add_argument_group("ranks")
     flag(size, "nproc-per-node", "nproc", default="1", metavar="N|gpu|cpu|auto",
-         help="ranks per node: a number, gpu (one per visible GPU, each reserving one unless --gpus-per-worker "
-         "says otherwise), cpu (os.cpu_count()), auto (gpu when a GPU is visible, else cpu) (default: 1)")
+         help="ranks per node: a number, gpu (one per visible GPU), cpu (os.cpu_count()), auto (gpu when a GPU is "
+         "visible, else cpu) (default: 1)")
     flag(size, "nnodes", default="1", metavar="N|MIN:MAX",
          help="nodes' worth of ranks: N x --nproc-per-node ranks on the Ray cluster; MIN:MAX is elastic (default: 1)")
     flag(size, "node-rank", type=int, metavar="R",
          help="this node's rank: with --nnodes > 1, only node rank 0 launches (all ranks); the others exit 0 "
          "(default: $SLURM_NODEID under srun with --nnodes > 1, else 0)")
     flag(size, "cpus-per-worker", type=float, default=1.0, metavar="C", help="CPUs each rank reserves (default: 1)")
-    flag(size, "gpus-per-worker", type=float, metavar="G",
-         help="GPUs each rank reserves (default: 1 with --nproc-per-node gpu, or auto on a GPU machine; else 0)")
+    flag(size, "gpus-per-worker", type=float, default=0.0, metavar="G",
+         help="GPUs each rank reserves from Ray, and then sees only its own (default: 0: every rank sees all "
+         "of its node's GPUs, as under torchrun)")
     run = parser.add_argument_group("the run")
     flag(run, "max-failures", "max-restarts", type=int, default=0, env="PET_MAX_RESTARTS", metavar="K",
          help="restart all ranks this many times after a rank fails (-1: always; default: 0)")
@@ -157,7 +158,7 @@ def _given(args: Any, dest: str) -> bool:
 
 def plan(args: Any) -> Plan:
     """Check the command line and say what to run; raises UsageError."""
-    per_node, on_gpus = _ranks_per_node(args.nproc_per_node, _spelled(args, "nproc_per_node", "--nproc-per-node"))
+    per_node = _ranks_per_node(args.nproc_per_node, _spelled(args, "nproc_per_node", "--nproc-per-node"))
     min_nodes, max_nodes = _nnodes(args.nnodes)
     node_rank, rank_from = args.node_rank, _spelled(args, "node_rank", "--node-rank")
     if node_rank is None and max_nodes > 1 and os.environ.get("SLURM_NODEID", "").isdigit():
@@ -182,7 +183,7 @@ def plan(args: Any) -> Plan:
         raise UsageError(f"--signals-to-handle {','.join(unknown)}: expected signal names a process can catch, "
                          f"e.g. {DEFAULT_SIGNALS},SIGUSR1")
     mode, script, label = _script(args)
-    gpus = args.gpus_per_worker if args.gpus_per_worker is not None else float(on_gpus)
+    gpus = args.gpus_per_worker
     resources = {"CPU": args.cpus_per_worker, **({"GPU": gpus} if gpus else {})}
     name = args.name or f"{label.rsplit('.', 1)[0] if mode == 'script' else label}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
     redirects = _std(args.redirects, _spelled(args, "redirects", "--redirects"))
@@ -212,22 +213,22 @@ def plan(args: Any) -> Plan:
                 _note(args, total, max_nodes, logs, name), "")
 
 
-def _ranks_per_node(value: str, flag: str) -> tuple[int, bool]:
-    """(ranks per node, whether they are one per GPU), as torchrun reads --nproc-per-node."""
+def _ranks_per_node(value: str, flag: str) -> int:
+    """Ranks per node, as torchrun reads --nproc-per-node."""
     value = str(value).strip()
     if value.lstrip("-").isdigit():
         if int(value) < 1:
             raise UsageError(f"{flag} {value}: expected 1 or more")
-        return int(value), False
+        return int(value)
     if value in ("gpu", "auto"):
         if gpus := _visible_gpus():
-            return gpus, True
+            return gpus
         if value == "gpu":
             visible = os.environ.get("CUDA_VISIBLE_DEVICES")
             raise UsageError(f"{flag} gpu: no GPU is visible here" + (f" (CUDA_VISIBLE_DEVICES={visible})" if visible
                                                                       is not None else ""))
     if value in ("cpu", "auto"):
-        return os.cpu_count() or 1, False
+        return os.cpu_count() or 1
     raise UsageError(f"{flag} {value}: expected a number, gpu, cpu or auto")
 
 
