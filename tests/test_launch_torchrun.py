@@ -1,5 +1,6 @@
 """`trainkit launch` runs an unmodified torchrun DDP script (examples/torchrun_ddp.py) on 2 workers,
-and restarts it when a rank exits with an error."""
+and restarts it when a rank exits with an error; torchrun's own documented command lines run with
+`torchrun` replaced by `trainkit launch`."""
 
 import json
 import sys
@@ -69,3 +70,67 @@ def test_the_rendezvous_store_outlives_rank_0s_script_as_under_torchrun(tmp_path
                            capture_output=True, text=True, timeout=240, cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     assert "(rank 1) rank 1 used the store after rank 0 ended" in out.stdout
+
+
+RANK = """
+import json, os, sys
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")  # env://, from what the launcher set
+total = torch.tensor([float(dist.get_rank())])
+dist.all_reduce(total)
+keys = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_NAME", "TORCHELASTIC_MAX_RESTARTS"]
+seen = {k: os.environ.get(k) for k in keys}
+seen.update(name=__name__, argv=sys.argv[1:], sum=total.item(), world=dist.get_world_size())
+out = sys.argv[sys.argv.index("--out") + 1]
+with open(os.path.join(out, "rank_%s.json" % os.environ["RANK"]), "w") as f:
+    json.dump(seen, f)
+print("rank", os.environ["RANK"], "done")
+dist.destroy_process_group()
+"""
+
+
+def test_torchruns_documented_command_lines_run_with_trainkit_launch(tmp_path):
+    """Command lines from torchrun's documentation with `torchrun` replaced by `trainkit launch`: a
+    script, a module (-m) and an executable (--no-python), 2 ranks on gloo each."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "train.py").write_text(RANK)
+    (tmp_path / "train.py").write_text(RANK)
+    executable = tmp_path / "train.sh"
+    executable.write_text(f'#!/bin/sh\nexec {sys.executable} {tmp_path / "train.py"} "$@"\n')
+    executable.chmod(0o755)
+    runs = ["--cpus-per-worker", "0.5", "--storage-path", str(tmp_path / "runs")]
+    lines = {
+        "standalone": ["--standalone", "--nnodes=1", "--nproc-per-node=2", *runs, "train.py"],
+        "module": ["--nnodes=1", "--nproc_per_node=2", "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:29400",
+                   "--max_restarts=1", *runs, "-m", "pkg.train"],
+        "no_python": ["--nproc-per-node", "2", "--no-python", "--role", "trainer", "--local-ranks-filter", "1",
+                      "--log-dir", str(tmp_path / "logs"), "--name", "exe", *runs, "./train.sh"],
+    }
+    for what, line in lines.items():
+        out_dir = tmp_path / what
+        out_dir.mkdir()
+        command = [sys.executable, "-m", "trainkit.cli", "launch", *line, "--out", str(out_dir), "-m", "x"]
+        out = subprocesses.run(command, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+        assert out.returncode == 0, (what, out.stdout[-2000:], out.stderr[-3000:])
+        seen = [json.loads((out_dir / f"rank_{rank}.json").read_text()) for rank in (0, 1)]
+        for rank, env in enumerate(seen):
+            assert env["RANK"] == env["LOCAL_RANK"] == str(rank) and env["GROUP_RANK"] == "0", (what, env)
+            assert env["WORLD_SIZE"] == env["LOCAL_WORLD_SIZE"] == "2" and env["world"] == 2 and env["sum"] == 1.0
+            assert env["name"] == "__main__" and env["argv"] == ["--out", str(out_dir), "-m", "x"]  # the script's
+        assert seen[0]["TORCHELASTIC_MAX_RESTARTS"] == ("1" if what == "module" else "0")
+        assert seen[0]["ROLE_NAME"] == ("trainer" if what == "no_python" else "default")
+        notes = [n for n in out.stderr.splitlines() if n.startswith("trainkit launch:")]
+        if what == "standalone":
+            assert notes == ["trainkit launch: --standalone: not needed, ignored (this one command places all 2 ranks "
+                             "on Ray and sets their MASTER_ADDR/MASTER_PORT; each rank is a fresh process)"]
+        elif what == "module":
+            assert len(notes) == 1 and notes[0].startswith("trainkit launch: --rdzv-backend, --rdzv-endpoint: not "
+                                                           "needed, ignored")
+    assert "(rank 1) rank 1 done" in out.stdout and "rank 0 done" not in out.stdout  # --local-ranks-filter 1
+    run = tmp_path / "runs" / "exe"
+    assert (run / "logs" / "attempt_0" / "rank_0.txt").read_text() == "rank 0 done\n"  # kept, though not shown
+    for rank in (0, 1):
+        assert (tmp_path / "logs" / "exe" / "attempt_0" / str(rank) / "stdout.log").read_text() == f"rank {rank} done\n"

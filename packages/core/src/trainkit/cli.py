@@ -216,9 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     plot.set_defaults(func=_plot)
     from trainkit._internal.tools.launch_command import add_arguments as launch_arguments
 
-    launch = commands.add_parser("launch", help="run a torchrun-style script on N workers, with restarts",
+    launch = commands.add_parser("launch", help="run a torchrun script on N workers, with restarts "
+                                 "(torchrun's command line)",
                                  description="Run `python SCRIPT ARGS...` on every rank with torchrun's "
-                                 "environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...).")
+                                 "environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...). The command line "
+                                 "is torchrun's: `trainkit launch` in place of `torchrun` does the same job.")
     launch_arguments(launch)
     launch.set_defaults(func=_launch)
     migrate = commands.add_parser("migrate", help="rewrite Ray Train scripts to trainkit (a diff, or --write)")

@@ -35,6 +35,19 @@ if TYPE_CHECKING:  # rich is imported where a display draws: workers import this
     from rich.live import Live
 
 PLAIN_EVERY_S = 30.0
+_console_ranks: frozenset[int] | None = None  # `trainkit launch --local-ranks-filter`: the ranks shown
+
+
+@contextlib.contextmanager
+def console_ranks(ranks: frozenset[int] | None) -> Iterator[None]:
+    """While inside, the console shows only ``ranks``' output (None: every rank's); the run's logs
+    keep every rank's."""
+    global _console_ranks
+    previous, _console_ranks = _console_ranks, ranks
+    try:
+        yield
+    finally:
+        _console_ranks = previous
 
 logger = logging.getLogger("trainkit")
 
@@ -226,6 +239,8 @@ class Display:
         line being redrawn, shown (rank 0's, on a terminal) under the status line.
         The user's program's own output: never read as markup; colours kept, other control
         characters escaped (``terminal.output_safe``)."""
+        if _console_ranks is not None and rank not in _console_ranks:
+            return
         if progress:
             if rank == 0 and self._live is not None:
                 self._progress = text

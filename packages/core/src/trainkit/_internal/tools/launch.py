@@ -1,6 +1,7 @@
 """``trainkit launch``: an unchanged torchrun-style script on N trainkit workers.
 
-Each rank runs the script as a fresh ``python script.py args...`` subprocess of its worker, with the
+Each rank runs the script as a fresh ``python script.py args...`` subprocess of its worker (``python -m
+module args...`` with ``-m``, the executable itself with ``--no-python``, as torchrun), with the
 environment torchrun gives (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, NODE_RANK,
 MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_USE_AGENT_STORE: the store is
 rank 0's worker's, as torchrun's agent's). A subprocess, not ``runpy`` in the worker:
@@ -145,7 +146,8 @@ def torchrun_env(context: Any, config: dict[str, Any]) -> dict[str, str]:
         "LOCAL_RANK": str(context.local_rank), "LOCAL_WORLD_SIZE": str(context.local_world_size),
         "GROUP_RANK": str(context.node_rank), "NODE_RANK": str(context.node_rank),
         "ROLE_RANK": str(context.world_rank),
-        "ROLE_WORLD_SIZE": str(context.world_size), "ROLE_NAME": "default",
+        "ROLE_WORLD_SIZE": str(context.world_size),
+        "ROLE_NAME": config.get("role", "default"),
         "TORCHELASTIC_RESTART_COUNT": str(context.attempt), "TORCHELASTIC_RUN_ID": context.experiment_name,
         "TORCHELASTIC_MAX_RESTARTS": str(config["max_restarts"]),
         "TORCHELASTIC_SIGNALS_TO_HANDLE": ",".join(config["signals"]),
@@ -161,6 +163,14 @@ def _without_ray_debugger(env: dict[str, str]) -> dict[str, str]:
             if not k.startswith("RAY_DEBUG") and not (k == "PYTHONBREAKPOINT" and v in RAYS_HOOKS)}
 
 
+def command(config: dict[str, Any]) -> list[str]:
+    """How a rank starts the script, as torchrun starts it: ``python SCRIPT``, ``python -m MODULE``
+    (``-m``) or ``SCRIPT`` itself (``--no-python``), then its arguments."""
+    mode, script = config.get("mode", "script"), config["script"]
+    head = {"module": [sys.executable, "-m", script], "exec": [script]}.get(mode, [sys.executable, script])
+    return [*head, *config["args"]]
+
+
 def run_script(config: dict[str, Any]) -> None:
     """The training function of ``trainkit launch``: run ``config["script"]`` with ``config["args"]``
     in a subprocess; raise ScriptExitError when it exits non-zero."""
@@ -169,17 +179,23 @@ def run_script(config: dict[str, Any]) -> None:
     session = get_session("launch")
     context = session.context
     env = {**_without_ray_debugger(dict(os.environ)), **torchrun_env(context, config)}
-    cwd = config["cwd"] if os.path.isdir(config["cwd"]) else os.path.dirname(config["script"])
+    if config.get("virtual_local_rank"):
+        env["LOCAL_RANK"] = "0"
+    if os.path.isdir(config["cwd"]):
+        cwd = config["cwd"]
+    else:  # the launcher's directory is not on this node
+        cwd = os.path.dirname(config["script"]) if config.get("mode", "script") == "script" else None
     agent_store = importlib.util.find_spec("torch") is not None
     if agent_store:
         env["TORCHELASTIC_USE_AGENT_STORE"] = "True"
+    files = _log_files(config.get("logs"), context)
     with _Bridge(session) as bridge:
         env[LAUNCH_ADDRESS_ENV] = bridge.address
         env["TORCHELASTIC_ERROR_FILE"] = error_file = os.path.join(bridge.directory, "error.json")
-        proc = _script.start([sys.executable, config["script"], *config["args"]], cwd=cwd, env=env,
+        proc = _script.start(command(config), cwd=cwd, env=env,
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        pumps = [threading.Thread(target=_pump, args=(pipe, stream), daemon=True)
-                 for pipe, stream in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))]
+        pumps = [threading.Thread(target=_pump, args=(pipe, *files[std]), daemon=True)
+                 for std, pipe in ((1, proc.stdout), (2, proc.stderr))]
         for pump in pumps:
             pump.start()
         if agent_store and context.world_rank == 0:
@@ -190,7 +206,30 @@ def run_script(config: dict[str, Any]) -> None:
             pump.join(timeout=5)
         error = _read_error_file(error_file) if returncode != 0 else None
     if returncode != 0:
-        raise ScriptExitError(os.path.basename(config["script"]), returncode, error)
+        raise ScriptExitError(config.get("label") or os.path.basename(config["script"]), returncode, error)
+
+
+def _log_files(logs: dict[str, Any] | None, context: Any) -> dict[int, tuple[Any, Any]]:
+    """{1: (stream, file) for stdout, 2: for stderr}: the stream the output is shown on (None:
+    ``--redirects`` keeps it only in the file), the file it also goes to (None: none), as torchrun's
+    ``-r``/``-t`` say per local rank: ``<log dir>/<run>/attempt_<N>/<rank>/std{out,err}.log``."""
+    streams = {1: sys.stdout, 2: sys.stderr}
+    if not logs:
+        return {std: (stream, None) for std, stream in streams.items()}
+    (every_r, redirects), (every_t, tee) = logs["redirects"], logs["tee"]
+    redirect = redirects.get(context.local_rank, every_r)
+    teed = tee.get(context.local_rank, every_t)
+    directory = os.path.join(logs["root"], context.experiment_name, f"attempt_{context.attempt}",
+                             str(context.world_rank))
+    files = {}
+    for std, stream in streams.items():
+        to_file = bool((redirect | teed) & std)
+        if to_file:
+            os.makedirs(directory, exist_ok=True)
+        files[std] = (None if redirect & std and not teed & std else stream,
+                      open(os.path.join(directory, f"{'stdout' if std == 1 else 'stderr'}.log"), "ab")
+                      if to_file else None)
+    return files
 
 
 def _read_error_file(path: str) -> dict | None:
@@ -308,13 +347,23 @@ def _as_a_fresh_process() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _pump(pipe: Any, stream: Any) -> None:
+def _pump(pipe: Any, stream: Any, file: Any = None) -> None:
+    """The script's output to ``stream`` (None: not shown) and ``file`` (None: none) as it comes."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    while chunk := os.read(pipe.fileno(), 65536):
-        stream.write(decoder.decode(chunk))
-    stream.write(decoder.decode(b"", final=True))
-    stream.flush()
-    pipe.close()
+    try:
+        while chunk := os.read(pipe.fileno(), 65536):
+            if file is not None:
+                file.write(chunk)
+                file.flush()
+            if stream is not None:
+                stream.write(decoder.decode(chunk))
+        if stream is not None:
+            stream.write(decoder.decode(b"", final=True))
+            stream.flush()
+    finally:
+        pipe.close()
+        if file is not None:
+            file.close()
 
 
 class _Bridge:
