@@ -110,3 +110,26 @@ def test_r9_unwritable_storage_fails_before_workers_start(ray_cluster, run_confi
     figure("R9", f"unwritable storage: preflight failed in {elapsed * 1000:.0f} ms with errno {info.value.errno}, "
                  "before any worker started")
     assert info.value.errno == errno.EACCES and elapsed < 30  # a bound a busy machine keeps
+
+
+def fill_the_disk(config):
+    start = trainkit.get_checkpoint() is not None  # a retry would resume: none must come
+    for step in range(100):
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "blob"), "wb") as f:
+                f.write(os.urandom(256 << 10))
+            trainkit.report({"step": step, "resumed": start}, checkpoint=Checkpoint.from_directory(tmp))
+
+
+def test_a_full_disk_fails_the_run_at_once_without_spending_a_retry(ray_cluster, small_tmpfs):
+    """Issue 44 item 7: a real 2 MiB filesystem fills up; with retries left, the run fails after one
+    attempt as a storage error (a retry could only fill it again), its checkpoints intact."""
+    config = trainkit.RunConfig(name="full", storage_path=str(small_tmpfs), verbose=0,
+                                failure_config=FailureConfig(max_failures=3))
+    with pytest.raises(TrainingFailedError) as info:
+        DataParallelTrainer(fill_the_disk, scaling_config=TWO, run_config=config).fit()
+    state = json.load(open(small_tmpfs / "full" / "run_state.json"))
+    assert len(state["failures"]) == 1 and state["status"] == "failed", state["failures"]
+    assert "No space left on device" in str(info.value)
+    for record in state["checkpoints"]:
+        Checkpoint(str(small_tmpfs / "full" / record["name"])).verify()

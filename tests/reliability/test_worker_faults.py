@@ -114,3 +114,52 @@ def test_r7_exactly_budget_plus_one_attempts(ray_cluster, run_config, budget, fi
     state = json.load(open(os.path.join(config.storage_path, config.name, "run_state.json")))
     figure("R7", f"max_failures={budget}: {len(state['failures'])} attempts, then raised")
     assert len(state["failures"]) == budget + 1 and state["status"] == "failed"
+
+
+def _memory_cgroup() -> str | None:
+    """A directory where a child memory cgroup can be made (root, cgroup v1 or v2), or None."""
+    if os.geteuid() != 0:
+        return None
+    for line in open("/proc/self/cgroup"):
+        _, controllers, path = line.strip().split(":", 2)
+        for root in (f"/sys/fs/cgroup/memory{path}" if "memory" in controllers.split(",") else None,
+                     f"/sys/fs/cgroup{path}" if controllers == "" else None):
+            if root and os.access(root, os.W_OK) and (os.path.exists(os.path.join(root, "memory.limit_in_bytes"))
+                                                      or os.path.exists(os.path.join(root, "memory.max"))):
+                return root
+    return None
+
+
+def oom_killed_once(config):
+    """Rank 1 of attempt 0 moves into a memory cgroup of 64 MiB and allocates until the kernel kills it."""
+    ctx = trainkit.get_context()
+    if ctx.get_attempt() == 0 and ctx.get_world_rank() == 1:
+        group = config["cgroup"]
+        os.makedirs(group, exist_ok=True)
+        limit = "memory.limit_in_bytes" if os.path.exists(os.path.join(group, "memory.limit_in_bytes")) else "memory.max"
+        open(os.path.join(group, limit), "w").write(str(64 << 20))
+        open(os.path.join(group, "cgroup.procs"), "w").write(str(os.getpid()))
+        hog = []
+        while True:
+            hog.append(bytearray(8 << 20))  # touched: zero-filled pages are real memory
+    trainkit.report({"attempt": ctx.get_attempt()})
+
+
+def test_an_oom_killed_rank_is_named_with_its_node_and_the_kernels_words(ray_cluster, run_config, tmp_path):
+    """Issue 44 item 7: a real kernel OOM kill (a memory cgroup's limit) is reported as one, naming
+    the rank and its node, then retried."""
+    parent = _memory_cgroup()
+    if parent is None:
+        pytest.skip("needs root and a writable memory cgroup to OOM-kill a rank for real")
+    group = os.path.join(parent, f"trainkit-oom-{os.getpid()}")
+    try:
+        result = DataParallelTrainer(oom_killed_once, train_loop_config={"cgroup": group}, scaling_config=TWO,
+                                     run_config=run_config(failure_config=FailureConfig(max_failures=1))).fit()
+    finally:
+        if os.path.isdir(group):
+            os.rmdir(group)
+    [failure] = json.load(open(os.path.join(result.path, "run_state.json")))["failures"]
+    assert failure["rank"] == 1 and failure["type"] == "WorkerDied", failure
+    assert "killed by the kernel's out-of-memory killer on node 127.0.0.1" in failure["message"], failure
+    assert "Killed process" in failure["message"] or "oom-kill" in failure["message"], failure
+    assert result.metrics == {"attempt": 1}

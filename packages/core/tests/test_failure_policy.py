@@ -61,3 +61,20 @@ def test_a_driver_interruption_stops_whatever_the_budget():
     decision = policy.decide(Outcome(interrupted=True))
     assert (decision.action, decision.reason) == ("interrupted", "interrupted by the user (Ctrl-C)")
     assert policy.failures == 0
+
+
+def test_a_full_disk_gives_up_at_once_whatever_the_budget_says():
+    decision = FailurePolicy(max_failures=-1).decide(Outcome(error_type="StorageError", failed=True,
+                                                             storage_full="ENOSPC: /runs/x/checkpoint_000004/blob"))
+    assert decision.action == "give_up" and "storage is full (ENOSPC: /runs/x" in decision.reason
+
+
+def test_storage_full_is_found_among_a_failures_causes():
+    import errno
+
+    from trainkit._internal.driver.attempt import _storage_full
+    from trainkit.errors import StorageError, WorkerGroupError
+
+    full = StorageError("upload", "/runs/x/blob", OSError(errno.EDQUOT, "Disk quota exceeded"))
+    assert _storage_full(WorkerGroupError("rank 1 raised", {1: full}, rank=1)) == "EDQUOT: /runs/x/blob"
+    assert _storage_full(WorkerGroupError("rank 1 raised", {1: ValueError("x")}, rank=1)) is None

@@ -5,6 +5,7 @@ Reports go to the run's ``ReportLog``; the controller decides what follows the `
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import logging
 import os
@@ -13,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from trainkit._internal.cluster.oom import oom_evidence
 from trainkit._internal.display import Display
 from trainkit._internal.driver.debug_relay import DebugRelay
 from trainkit._internal.driver.failure_policy import Outcome
@@ -51,7 +53,25 @@ class AttemptResult:
     def outcome(self) -> Outcome:
         """What the failure policy sees of it."""
         return Outcome(error_type=self.error and self.error.error_type, failed=self.error is not None,
-                       resize_to=self.resize_to, preempted=isinstance(self.error, PreemptionError))
+                       resize_to=self.resize_to, preempted=isinstance(self.error, PreemptionError),
+                       storage_full=_storage_full(self.error))
+
+
+def _storage_full(error: BaseException | None) -> str | None:
+    """What a full disk or quota said (ENOSPC, EDQUOT), if that is among the failure's causes: the
+    driver's own, or a rank's error."""
+    seen: list[BaseException] = []
+    pending = [error] if error is not None else []
+    while pending:
+        exc = pending.pop()
+        if exc is None or any(exc is s for s in seen):
+            continue
+        seen.append(exc)
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return f"{errno.errorcode[exc.errno]}: {exc.filename or exc}"
+        pending += [exc.__cause__, exc.__context__, *getattr(exc, "worker_failures", {}).values(),
+                    getattr(exc, "controller_failure", None)]
+    return None
 
 
 def _cut_off_a_node(error: TrainingFailedError, group: Any) -> bool:
@@ -405,9 +425,15 @@ class AttemptRunner:
                    f"answering ({type(exc).__name__}): the network to that node, or the machine, went down, or the "
                    "process was stopped. A process cut off may still run there (trainkit's commits never take an "
                    "earlier attempt's files)")
+        elif killed := oom_evidence(worker.node_id, worker.pid):
+            why = (f"was killed by the kernel's out-of-memory killer on node {worker.ip} (node id {worker.node_id[:12]}): "
+                   f"its worker process (pid {worker.pid}) needed more memory than its limit allowed; the kernel "
+                   f"said: {killed}")
         else:
-            why = (f"died: its worker process exited unexpectedly ({type(exc).__name__}; killed by the system, e.g. "
-                   "out of memory, or by a signal)")
+            log = ("the kernel's log names no out-of-memory kill of it" if killed == "" else
+                   "e.g. out of memory: the kernel's log could not be read to tell")
+            why = (f"died: its worker process (pid {worker.pid}) on node {worker.ip} exited unexpectedly "
+                   f"({type(exc).__name__}; killed by a signal or by the system, {log})")
         return WorkerGroupError(f"rank {rank} {why}\n\nLast output of rank {rank} (all of it: {log}):\n{tail}",
                                 {rank: exc}, rank=rank, error_type=FailureKind.WORKER_DIED)
 

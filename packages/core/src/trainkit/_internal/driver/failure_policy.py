@@ -24,6 +24,7 @@ class Outcome:
     resize_to: int | None = None  # elastic: stopped to restart at this size (resources returned)
     interrupted: bool = False  # the driver got Ctrl-C
     preempted: bool = False  # the failure was a preemption's (a PreemptionError)
+    storage_full: str | None = None  # the failure was a full disk or quota: the error's words (no retry)
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ class FailurePolicy:
             return Decision("finish", "training finished")
         if outcome.error_type == "RunLockedError":  # the lease is lost: a retry could only overwrite the new driver
             return Decision("give_up", "this driver lost the run's lease (RunLockedError): no retries")
+        if outcome.storage_full:  # a retry would fail the same way, after losing the attempt's progress
+            return Decision("give_up", f"storage is full ({outcome.storage_full}): no retries; free space and "
+                                       "run it again with the same name to resume from its last checkpoint")
         if outcome.preempted:
             self.preemptions += 1
             count, budget, what, field = self.preemptions, self.max_preemption_failures, "preemption", \
