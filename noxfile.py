@@ -111,11 +111,13 @@ def _pruned_on_ci(session_fn):
 
 
 def _interpreter(version: str) -> str:
-    """``python3.12`` on PATH, else pyenv's install of that version (pyenv shims only answer for
-    the active versions)."""
+    """``python3.12`` on PATH, else pyenv's install of that version under ``$PYENV_ROOT`` (default
+    ``~/.pyenv``; pyenv shims only answer for the active versions). Where neither has it, nox skips
+    the session (fails it on CI) and .ci/lanes.py says how to install it."""
     if shutil.which(f"python{version}") and subprocess.run([f"python{version}", "-V"], capture_output=True).returncode == 0:
         return version
-    found = sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")))
+    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    found = sorted(glob.glob(os.path.join(root, "versions", f"{version}.*", "bin", f"python{version}")))
     return found[-1] if found else version
 
 

@@ -10,13 +10,17 @@ lane's (its pytest directories, its Ray clusters' files apart from the others').
 
 A session's output is printed whole when it ends, after a header with its outcome and wall time;
 while sessions run, a line every few minutes names them and their last
-output line. At the end: a table of every session, longest first. Exit status 1 if any failed. On
+output line. At the end: a table of every session, longest first, a session that did not pass in red.
+A session nox skipped (exit status 0, e.g. its Python interpreter is missing: nox skips it where
+``CI`` is unset) is reported as skipped, with nox's reason and, for a missing interpreter, how to
+install it; it counts as not passed. Exit status 1 if any failed or was skipped. On
 SIGINT, SIGTERM or SIGHUP every running session's process group is ended (TERM, then KILL)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -31,6 +35,34 @@ PROGRESS_S = 300  # how often the running sessions are named
 # each session leaves part of a core idle (waiting on Ray starts, timers, downloads), and beside other
 # jobs each gets its own share of the CPU (CI beside two busy loops: 42.4 min with 3 at a time, 67 with 1)
 DEFAULT_LANES = min((os.cpu_count() or 2) + 2, 4)
+SKIPPED = re.compile(r"^nox > Session (?P<name>.+?) skipped: (?P<reason>.*?)\.?$", re.M)
+MISSING_PYTHON = re.compile(r"Python interpreter (?P<version>\S+?) not found")
+RED, RESET = "\033[31m", "\033[0m"
+
+
+def skip_reason(log_text: str) -> str | None:
+    """Why nox skipped the session whose output is ``log_text`` (None: it was not skipped), with how to
+    get a missing interpreter."""
+    found = SKIPPED.search(re.sub(r"\x1b\[[0-9;]*m", "", log_text))  # nox colours its lines with FORCE_COLOR
+    if found is None:
+        return None
+    reason = found.group("reason")
+    if missing := MISSING_PYTHON.search(reason):
+        version = missing.group("version")
+        reason += (f"; install it with `pyenv install {version}` (the noxfile looks in $PYENV_ROOT/versions, "
+                   f"default ~/.pyenv/versions) or put python{version} on PATH")
+    return reason
+
+
+def _colour() -> bool:
+    """Red for sessions that did not pass: on a terminal, on CI (its log shows colours) or with FORCE_COLOR."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    return sys.stdout.isatty() or bool(os.environ.get("FORCE_COLOR") or os.environ.get("CI"))
+
+
+def red(text: str) -> str:
+    return f"{RED}{text}{RESET}" if _colour() else text
 
 
 @dataclass
@@ -40,6 +72,7 @@ class Session:
     started: float = 0.0
     ended: float | None = None
     outcome: str = "not run"
+    reason: str | None = None  # why nox skipped it
     log: Path | None = None
     process: subprocess.Popen | None = field(default=None, repr=False)
 
@@ -100,8 +133,11 @@ class Lanes:
             code = session.process.wait()
         session.ended = time.monotonic()
         session.outcome = "ok" if code == 0 else f"failed ({code})"
+        if code == 0 and (reason := skip_reason(session.log.read_text(errors="replace"))) is not None:
+            session.outcome, session.reason = "skipped", reason
         with self.lock:  # one session's output at a time, whole
-            print(f"\n{'=' * 20} {session.name}: {session.outcome}, {session.wall_s(session.ended) / 60:.1f} min "
+            outcome = session.outcome if session.outcome == "ok" else red(session.outcome)
+            print(f"\n{'=' * 20} {session.name}: {outcome}, {session.wall_s(session.ended) / 60:.1f} min "
                   f"(lane {lane}) {'=' * 20}", flush=True)
             sys.stdout.write(session.log.read_text(errors="replace"))
             print(f"{'=' * 20} end of {session.name} {'=' * 20}\n", flush=True)
@@ -120,9 +156,14 @@ class Lanes:
         now = time.monotonic()
         print(f"\n== wall time per session ({(now - self.began) / 60:.1f} min in all, {self.lanes} at a time) ==")
         for s in sorted(self.sessions, key=lambda s: -s.wall_s(now)):
-            print(f"{s.wall_s(now) / 60:6.1f} min  lane {s.lane}  {s.outcome:11s} {s.name}")
+            line = f"{s.wall_s(now) / 60:6.1f} min  lane {s.lane}  {s.outcome:11s} {s.name}"
+            print(line if s.outcome == "ok" else red(line))
+        for s in self.sessions:
+            if s.reason is not None:
+                print(red(f"skipped {s.name}: {s.reason}"))
         failed = [s.name for s in self.sessions if s.outcome != "ok"]
-        print(f"failed or not run: {', '.join(failed)}" if failed else "every session passed", flush=True)
+        print(red(f"failed, skipped or not run: {', '.join(failed)}") if failed else "every session passed",
+              flush=True)
 
     def stop(self, signum: int, _frame) -> None:
         """Ends every running session's process group: SIGTERM, then SIGKILL after GRACE_S."""

@@ -35,8 +35,15 @@ def ray_train_uses(source: str) -> list[str]:
 
 
 def run_script(script: Path, *args: str) -> subprocess.CompletedProcess:
-    """Run ``script`` in its own folder, its runs under ``results`` beside it."""
-    env = {**os.environ, "TRAINKIT_STORAGE_PATH": str(script.parent / "results"), "TRAINKIT_VERBOSE": "0"}
+    """Run ``script`` in its own folder, its runs under ``results`` beside it, with a ``HOME`` beside it
+    too: a Ray Tune script without a ``storage_path`` writes ``~/ray_results``, which must not be the
+    user's (the caches stay the user's: ``XDG_CACHE_HOME``, ``KERAS_HOME``)."""
+    home = script.parent / "home"
+    home.mkdir(exist_ok=True)
+    env = {**os.environ, "TRAINKIT_STORAGE_PATH": str(script.parent / "results"), "TRAINKIT_VERBOSE": "0",
+           "HOME": str(home)}
+    env.setdefault("XDG_CACHE_HOME", os.path.expanduser("~/.cache"))
+    env.setdefault("KERAS_HOME", os.path.expanduser("~/.keras"))
     return subprocesses.run([sys.executable, script.name, *args], env=env, capture_output=True, text=True,
                             timeout=240, cwd=script.parent)
 

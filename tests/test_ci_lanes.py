@@ -3,6 +3,7 @@ whole, a table of outcomes, a failed session fails the run, and a signal ends ev
 session's processes."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -43,6 +44,18 @@ NOXFILE = textwrap.dedent('''
             print(f"second line {i}", flush=True)
 
     @nox.session(venv_backend="none")
+    def fine(session):
+        print("fine")
+
+    @nox.session(venv_backend="none")
+    def skipper(session):
+        session.skip("not today")
+
+    @nox.session(python="3.99")
+    def old_python(session):
+        print("never runs")
+
+    @nox.session(venv_backend="none")
     def broken(session):
         session.error("broken on purpose")
 
@@ -64,7 +77,7 @@ def noxfile_dir(tmp_path):
 def test_sessions_run_side_by_side_each_output_whole_and_a_failure_fails_the_run(noxfile_dir):
     done = subprocess.run([sys.executable, str(LANES), "--lanes", "2", "first", "second", "broken"],
                           cwd=noxfile_dir, capture_output=True, text=True, timeout=280)
-    out = done.stdout
+    out = ANSI.sub("", done.stdout)
     assert done.returncode == 1, out + done.stderr
     for name in ("first", "second"):  # each block holds its own lines, and only those
         block = out.split(f"==== {name}: ok", 1)[1].split(f"end of {name} ", 1)[0]
@@ -75,7 +88,30 @@ def test_sessions_run_side_by_side_each_output_whole_and_a_failure_fails_the_run
     table = out.split("== wall time per session", 1)[1]
     outcomes = {line.split()[-1]: line for line in table.splitlines() if " min  lane " in line}
     assert "ok" in outcomes["first"] and "ok" in outcomes["second"] and "failed (1)" in outcomes["broken"]
-    assert "failed or not run: broken" in table
+    assert "failed, skipped or not run: broken" in table
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def test_a_skipped_session_is_reported_in_red_and_fails_the_run(noxfile_dir):
+    """nox skips a session whose interpreter is missing (exit status 0 where CI is unset): lanes.py
+    reports it as skipped, in red, says how to install the interpreter, and exits 1."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "NO_COLOR")}
+    done = subprocess.run([sys.executable, str(LANES), "--lanes", "2", "fine", "skipper", "old_python"],
+                          cwd=noxfile_dir, capture_output=True, text=True, timeout=280,
+                          env={**env, "FORCE_COLOR": "1"})
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr
+    table = out.split("== wall time per session", 1)[1]
+    rows = {ANSI.sub("", line).split()[-1]: line for line in table.splitlines() if " min  lane " in line}
+    assert "ok" in rows["fine"] and not rows["fine"].startswith("\x1b[31m")
+    for name in ("skipper", "old_python"):
+        assert "skipped" in rows[name] and rows[name].startswith("\x1b[31m") and rows[name].endswith("\x1b[0m")
+    assert "skipped skipper: not today" in table
+    assert "skipped old_python: Python interpreter 3.99 not found; install it with `pyenv install 3.99`" in table
+    assert "failed, skipped or not run: skipper, old_python" in ANSI.sub("", table)
+    assert "old_python: \x1b[31mskipped\x1b[0m" in out  # the header of its output, too
 
 
 def test_a_signal_ends_every_running_sessions_processes(noxfile_dir):
@@ -97,3 +133,20 @@ def test_a_signal_ends_every_running_sessions_processes(noxfile_dir):
         assert not grandchild.is_running()
     finally:
         subprocesses.end(lanes)
+
+
+def test_the_noxfile_finds_pyenv_pythons_under_pyenv_root(tmp_path, monkeypatch):
+    pytest.importorskip("nox")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("trainkit_noxfile", Path(__file__).parents[1] / "noxfile.py")
+    noxfile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(noxfile)
+    python = tmp_path / "pyenv" / "versions" / "3.99.1" / "bin" / "python3.99"
+    python.parent.mkdir(parents=True)
+    python.write_text("")
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "pyenv"))
+    assert noxfile._interpreter("3.99") == str(python)
+    monkeypatch.delenv("PYENV_ROOT")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # ~/.pyenv: none here
+    assert noxfile._interpreter("3.99") == "3.99"

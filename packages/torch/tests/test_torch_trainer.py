@@ -1,5 +1,7 @@
 """TorchTrainer on 2 real Ray workers with a gloo process group."""
 
+import os
+
 import pytest
 import torch
 
@@ -140,3 +142,36 @@ def test_every_rank_saving_rank_dependent_buffers_keeps_rank_0s_copy(ray_cluster
     assert state["1.running_mean"].tolist() == pytest.approx(result.metrics["rank0_mean"])
     warnings = [r.getMessage() for r in caplog.records if "different contents" in r.getMessage()]
     assert len(warnings) == 1 and "'model.pt'" in warnings[0] and "[1]" in warnings[0]
+
+
+@pytest.mark.parametrize("auto_transfer", [True, False])
+@pytest.mark.parametrize("move_to_device", [True, False])
+def test_prepare_data_loader_accepts_auto_transfer(auto_transfer, move_to_device):
+    """Ray Train's auto_transfer: a side CUDA stream on GPUs; on the CPU the batches are the same."""
+    import pickle
+
+    from torch.utils.data import DataLoader, TensorDataset
+
+    dataset = TensorDataset(torch.arange(12.0).reshape(6, 2), torch.arange(6.0))
+    loader = prepare_data_loader(DataLoader(dataset, batch_size=4), move_to_device=move_to_device,
+                                 auto_transfer=auto_transfer)
+    batches = [(x.tolist(), y.tolist(), x.device.type) for x, y in loader]
+    assert batches == [(torch.arange(8.0).reshape(4, 2).tolist(), [0.0, 1.0, 2.0, 3.0], "cpu"),
+                       ([[8.0, 9.0], [10.0, 11.0]], [4.0, 5.0], "cpu")]
+    assert len(loader) == 2 and loader.batch_size == 4
+    assert [y.tolist() for _, y in pickle.loads(pickle.dumps(loader))] == [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0]]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_prepare_data_loader_auto_transfer_on_gpu(monkeypatch):
+    from torch.utils.data import DataLoader, TensorDataset
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", "0"))
+    dataset = TensorDataset(torch.arange(64.0).reshape(32, 2), torch.arange(32.0))
+    for auto_transfer in (True, False):
+        loader = prepare_data_loader(DataLoader(dataset, batch_size=8, pin_memory=True), auto_transfer=auto_transfer)
+        ys = []
+        for x, y in loader:
+            assert x.device.type == y.device.type == "cuda"
+            ys += (y * 1).tolist()
+        assert ys == list(map(float, range(32)))

@@ -7,6 +7,7 @@ value and what is allowed, before anything starts.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, Sequence
 
@@ -310,6 +311,75 @@ class SyncConfig:
 _VERBOSITY = (0, 1, 2)
 
 
+_RUNTIME_ENV_FIELDS = {
+    "env_vars": "a dict of str to str",
+    "working_dir": "a local directory or a URI (s3://, gs://, https://... of a .zip)",
+    "excludes": "a list of str (paths or patterns of working_dir to leave out)",
+    "pip": ("a list of requirement strings, a requirements.txt path, or a dict with 'packages' "
+            "(that list or path) and optionally 'pip_check' (bool) and 'pip_version' (str)"),
+}
+
+
+def _check_runtime_env(env: Any) -> dict[str, Any] | None:
+    """``RunConfig.worker_runtime_env``, checked field by field: a plain dict, or None."""
+    label = "worker_runtime_env"
+    if env is None:
+        return None
+    if not isinstance(env, Mapping):
+        raise _bad(label, env, "None or a dict (a Ray runtime_env) with keys " + ", ".join(_RUNTIME_ENV_FIELDS))
+    env = dict(env)
+    unknown = sorted(str(k) for k in env if k not in _RUNTIME_ENV_FIELDS)
+    if unknown:
+        raise ValueError(f"{field_label(label)} has unsupported key(s) {', '.join(map(repr, unknown))}: "
+                         f"trainkit supports {', '.join(map(repr, _RUNTIME_ENV_FIELDS))}")
+
+    def bad(key: str, allowed: str | None = None) -> ValueError:
+        return _bad(f"{label}[{key!r}]", env[key], allowed or _RUNTIME_ENV_FIELDS[key])
+
+    def str_list(value: Any) -> bool:
+        return isinstance(value, (list, tuple)) and all(isinstance(v, str) and v for v in value)
+
+    if "env_vars" in env:
+        env_vars = env["env_vars"]
+        if not isinstance(env_vars, Mapping) or not all(
+                isinstance(k, str) and k and "=" not in k and isinstance(v, str) for k, v in env_vars.items()):
+            raise bad("env_vars")
+        env["env_vars"] = dict(env_vars)
+    if "working_dir" in env:
+        if hasattr(env["working_dir"], "__fspath__"):
+            env["working_dir"] = os.fspath(env["working_dir"])
+        working_dir = env["working_dir"]
+        if not isinstance(working_dir, str) or not working_dir:
+            raise bad("working_dir")
+        if "://" not in working_dir:
+            if not os.path.isdir(working_dir):
+                raise bad("working_dir", "an existing local directory or a URI (no such directory)")
+            env["working_dir"] = os.path.abspath(working_dir)  # the directory of now, wherever the driver moves
+    if "excludes" in env:
+        if not str_list(env["excludes"]):
+            raise bad("excludes")
+        env["excludes"] = list(env["excludes"])
+    if "pip" in env:
+        pip = env["pip"]
+        if isinstance(pip, Mapping):
+            packages = pip.get("packages")
+            if set(pip) - {"packages", "pip_check", "pip_version"} \
+                    or not (str_list(packages) or (isinstance(packages, str) and packages)) \
+                    or not isinstance(pip.get("pip_check", False), bool) \
+                    or not isinstance(pip.get("pip_version", ""), str):
+                raise bad("pip")
+            env["pip"] = dict(pip)
+        elif isinstance(pip, str):
+            if not os.path.isfile(pip):
+                raise bad("pip", "a list of requirement strings, or the path of a requirements.txt that exists")
+            env["pip"] = os.path.abspath(pip)
+        elif str_list(pip):
+            env["pip"] = list(pip)
+        else:
+            raise bad("pip")
+    return env
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Where a run lives and how it behaves.
@@ -330,6 +400,12 @@ class RunConfig:
         verbose: 0 quiet, 1 progress line and summary (default; ``$TRAINKIT_VERBOSE``), 2 also every report.
         logging_config: a ``LoggingConfig`` (level of trainkit's log records).
         sync_config: a ``SyncConfig``, accepted and ignored (nothing to sync).
+        worker_runtime_env: a Ray ``runtime_env`` for the worker processes (Ray Train V2's
+            argument): ``env_vars`` (dict of str to str), ``working_dir`` (a local directory, uploaded
+            once per fit, or a URI; the workers start in it and import from it), ``excludes`` (of
+            ``working_dir``) and ``pip`` (a list of requirements, a requirements.txt path, or
+            ``{"packages": [...], "pip_check": bool, "pip_version": str}``). Needs Ray workers
+            (``num_workers >= 1``).
     """
 
     name: str | None = None
@@ -341,8 +417,10 @@ class RunConfig:
     verbose: int | None = None
     logging_config: LoggingConfig = field(default_factory=LoggingConfig)
     sync_config: SyncConfig | None = None
+    worker_runtime_env: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "worker_runtime_env", _check_runtime_env(self.worker_runtime_env))
         if self.name is not None:
             validate_name(field_label("name"), self.name)
         if self.storage_path is not None and (not isinstance(self.storage_path, str) or not self.storage_path):

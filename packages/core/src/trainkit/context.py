@@ -67,10 +67,11 @@ def get_checkpoint() -> Checkpoint | None:
     return get_session("get_checkpoint").checkpoint
 
 
-def get_dataset_shard(name: str = "train") -> Any:
+def get_dataset_shard(name: str = "train", *, dataset_name: str | None = None) -> Any:
     """This worker's part of the dataset passed to the trainer as ``datasets={name: ...}``: for a
     Ray Dataset, a ``DataIterator`` over this rank's shard (or over all rows when
     ``DataConfig(datasets_to_split=...)`` leaves it whole); any other object as it was given.
+    ``dataset_name=`` is Ray Train's spelling of ``name``.
 
     Example::
 
@@ -79,6 +80,8 @@ def get_dataset_shard(name: str = "train") -> Any:
             for batch in shard.iter_batches(batch_size=64):
                 ...
     """
+    if dataset_name is not None:
+        name = dataset_name
     datasets = get_session("get_dataset_shard").datasets
     if name not in datasets:
         raise KeyError(f"no dataset named {name!r}; the trainer was given {sorted(datasets) or 'none'}")

@@ -82,10 +82,15 @@ def prepare_model(model: "torch.nn.Module", move_to_device: bool = True, paralle
 
 
 class _DeviceLoader:
-    """Iterates a DataLoader, moving batches to the device and advancing the sampler's epoch."""
+    """Iterates a DataLoader, moving batches to the device and advancing the sampler's epoch.
 
-    def __init__(self, loader: "DataLoader", device: "torch.device", move: bool):
+    With ``auto_transfer`` on a CUDA device, the next batch is copied on a side stream while the
+    current one is used (the training stream waits for that copy before it gets the batch).
+    """
+
+    def __init__(self, loader: "DataLoader", device: "torch.device", move: bool, auto_transfer: bool = False):
         self._loader, self._device, self._move = loader, device, move
+        self._auto_transfer = bool(auto_transfer and move and device.type == "cuda")
         self._passes = 0
         self._auto_epoch = 0  # the epoch we last set; anything else was set by the user
 
@@ -93,18 +98,58 @@ class _DeviceLoader:
         return len(self._loader)
 
     def __getattr__(self, name: str) -> Any:
+        if "_loader" not in self.__dict__:  # not set yet (e.g. while unpickling): no recursion
+            raise AttributeError(name)
         return getattr(self._loader, name)
 
-    def _to_device(self, batch: Any) -> Any:
+    def _to_device(self, batch: Any, non_blocking: bool = True) -> Any:
         import torch
 
         if isinstance(batch, torch.Tensor):
-            return batch.to(self._device, non_blocking=True)
+            return batch.to(self._device, non_blocking=non_blocking)
         if isinstance(batch, (list, tuple)):
-            return type(batch)(self._to_device(b) for b in batch)
+            return type(batch)(self._to_device(b, non_blocking) for b in batch)
         if isinstance(batch, dict):
-            return {k: self._to_device(v) for k, v in batch.items()}
+            return {k: self._to_device(v, non_blocking) for k, v in batch.items()}
         return batch
+
+    @staticmethod
+    def _tensors(batch: Any) -> Iterator[Any]:
+        import torch
+
+        if isinstance(batch, torch.Tensor):
+            yield batch
+        elif isinstance(batch, (list, tuple)):
+            for b in batch:
+                yield from _DeviceLoader._tensors(b)
+        elif isinstance(batch, dict):
+            for b in batch.values():
+                yield from _DeviceLoader._tensors(b)
+
+    def _side_stream_batches(self) -> Iterator[Any]:
+        """Copy batch n+1 on a side stream while batch n is used on the current stream."""
+        import torch
+
+        stream = torch.cuda.Stream(device=self._device)
+        end = object()
+        source = iter(self._loader)
+
+        def copy_next() -> Any:
+            batch = next(source, end)
+            if batch is end:
+                return end
+            with torch.cuda.stream(stream):
+                return self._to_device(batch)
+
+        ahead = copy_next()
+        while ahead is not end:
+            current = torch.cuda.current_stream(self._device)
+            current.wait_stream(stream)
+            for tensor in self._tensors(ahead):
+                if tensor.device.type == "cuda":
+                    tensor.record_stream(current)  # its memory is in use on the training stream too
+            batch, ahead = ahead, copy_next()
+            yield batch
 
     def __iter__(self) -> Iterator[Any]:
         sampler = getattr(self._loader, "sampler", None)
@@ -112,16 +157,23 @@ class _DeviceLoader:
             self._auto_epoch = self._passes  # a new shuffle each pass, unless the user set the epoch
             sampler.set_epoch(self._auto_epoch)
         self._passes += 1
+        if self._auto_transfer:
+            yield from self._side_stream_batches()
+            return
         for batch in self._loader:
             yield self._to_device(batch) if self._move else batch
 
 
 def prepare_data_loader(data_loader: "DataLoader", add_dist_sampler: bool = True,
-                        move_to_device: bool = True) -> Any:
+                        move_to_device: bool = True, auto_transfer: bool = True) -> Any:
     """Shard ``data_loader`` across workers with a ``DistributedSampler`` and move batches to the device.
 
     Shuffling is kept if the original loader shuffled; the epoch advances on each pass, so every
     epoch gets a new order with no ``set_epoch`` call.
+
+    ``auto_transfer`` (Ray Train's meaning): on a GPU, copy the next batch to the device on a
+    separate CUDA stream while the current batch trains. On the CPU it changes nothing, and it is
+    ignored when ``move_to_device`` is False.
 
     Example::
 
@@ -141,7 +193,7 @@ def prepare_data_loader(data_loader: "DataLoader", add_dist_sampler: bool = True
             worker_init_fn=data_loader.worker_init_fn, generator=data_loader.generator,
             prefetch_factor=data_loader.prefetch_factor if data_loader.num_workers else None,
             persistent_workers=data_loader.persistent_workers)
-    return _DeviceLoader(data_loader, get_device(), move_to_device)
+    return _DeviceLoader(data_loader, get_device(), move_to_device, auto_transfer)
 
 
 def enable_reproducibility(seed: int = 0) -> None:

@@ -140,8 +140,9 @@ class AttemptRunner:
     def __init__(self, *, train_fn: Callable, train_loop_config: dict | None, backend_config: BackendConfig,
                  scaling_config: ScalingConfig, failure_config: FailureConfig, datasets: dict[str, Any] | None,
                  reports: ReportLog, display: Display, logs: RunLogs, plugins: Any, ray_start_s: float | None,
-                 debug_relay: DebugRelay | None = None):
+                 debug_relay: DebugRelay | None = None, runtime_env: dict[str, Any] | None = None):
         self.train_fn = train_fn
+        self.runtime_env = runtime_env  # the workers' Ray runtime_env (runtime_env.for_workers)
         self.train_loop_config = train_loop_config
         self.backend_config = backend_config
         self.scaling = scaling_config
@@ -178,7 +179,8 @@ class AttemptRunner:
                                   attempt=self.state.attempt, storage=self.storage,
                                   env={**_forwarded_env(), **(self.debug_relay.env if self.debug_relay else {}),
                                        "TRAINKIT_VERBOSE": str(self.display.verbose)},
-                                  prewarm_modules=self.backend_config.prewarm_modules, avoid_nodes=self._avoid_nodes)
+                                  prewarm_modules=self.backend_config.prewarm_modules, avoid_nodes=self._avoid_nodes,
+                                  runtime_env=self.runtime_env)
         if not scaling.elastic:
             return start(scaling.max_workers)
         fit = lambda: elastic.workers_that_fit(scaling.worker_resources, avoid_nodes=self._avoid_nodes)  # noqa: E731

@@ -27,6 +27,7 @@ from trainkit._internal.storage.metrics_log import MetricsLog, read_metrics_log
 from trainkit._internal.storage.run_logs import RunLogs
 from trainkit._internal.storage.run_state import RunState
 from trainkit._internal.storage.run_storage import RunStorage
+from trainkit._internal.worker import runtime_env
 from trainkit.backend import BackendConfig
 from trainkit.callbacks import RunContext
 from trainkit.checkpoint import Checkpoint
@@ -42,6 +43,10 @@ class Controller:
     def __init__(self, *, train_fn: Callable, train_loop_config: dict | None, backend_config: BackendConfig,
                  scaling_config: ScalingConfig, run_config: RunConfig, datasets: dict[str, Any] | None,
                  default_name: str, validation_config: ValidationConfig | None = None):
+        if run_config.worker_runtime_env and scaling_config.local_mode:
+            raise ValueError("RunConfig(worker_runtime_env=...) needs Ray workers: with ScalingConfig(num_workers=0) "
+                             "the training function runs in this process, where no runtime_env applies. "
+                             "Use num_workers >= 1, or set the variables in this process.")
         self.train_fn = train_fn
         self.train_loop_config = train_loop_config
         self.backend_config = backend_config
@@ -62,6 +67,7 @@ class Controller:
         self.reports: ReportLog | None = None  # built with the state, by _prepare_state
         self._ray_start_s: float | None = None  # this fit's, shown in its first attempt's profile
         self.debug_relay: DebugRelay | None = None  # the ranks' breakpoint(), for the run's length
+        self._runtime_env: dict[str, Any] | None = None  # the workers', working_dir uploaded
 
     # -- run -------------------------------------------------------------------------------------
     def run(self) -> Result:
@@ -82,6 +88,7 @@ class Controller:
                         ensure_ray()
                     stop_signals.install()  # Ray's start installs its own SIGTERM handler
                     check_can_ever_place(self.scaling)
+                    self._runtime_env = runtime_env.for_workers(self.run_config.worker_runtime_env)
                     self._ray_start_s = time.monotonic() - begin
                     check_enclosing_reservation(self.scaling.min_workers, self.scaling.worker_resources)
                 self.debug_relay = DebugRelay(self.display, breakpoints, serve=not self.scaling.local_mode)
@@ -164,7 +171,8 @@ class Controller:
                              backend_config=self.backend_config, scaling_config=self.scaling,
                              failure_config=self.run_config.failure_config, datasets=self.datasets,
                              reports=self.reports, display=self.display, logs=self.logs, plugins=self.plugins,
-                             ray_start_s=self._ray_start_s, debug_relay=self.debug_relay)
+                             ray_start_s=self._ray_start_s, debug_relay=self.debug_relay,
+                             runtime_env=self._runtime_env)
 
     def _run_attempts(self, runner: AttemptRunner) -> Result:
         state = self.state

@@ -13,7 +13,7 @@ import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainkit._internal.tools.migrate_rules import MODULES, trainkit_module, trainkit_name
+from trainkit._internal.tools.migrate_rules import MODULES, rule_module, trainkit_module, trainkit_name, tune_path
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,20 @@ class _Rewriter(ast.NodeVisitor):
         self.needs: dict[ast.stmt, list[str]] = {}  # import statement -> trainkit modules imported with it
         self.kept: set[ast.stmt] = set()  # Ray imports some use still needs as they are
         self.imports: list[ast.stmt] = []
+        self.submodules: dict[str, str] = {}  # imported submodule of a Ray Train module -> that module
+
+    def canonical(self, path: str) -> str:
+        """``path`` by the Ray module of the rules it is in (``ray.train.torch.torch_trainer.TorchTrainer``:
+        ``ray.train.torch.TorchTrainer``) and by Tune's public names (``ray.tune.tuner.Tuner``: ``ray.tune.Tuner``)."""
+        for module in sorted(self.submodules, key=len, reverse=True):
+            if path == module or path.startswith(module + "."):
+                path = self.submodules[module] + path[len(module):]
+                break
+        return tune_path(path)
+
+    def submodule(self, module: str) -> None:
+        if (rule := rule_module(module)) not in (None, module):
+            self.submodules[module] = rule
 
     # positions: ast counts columns in UTF-8 bytes
     def offset(self, line: int, col: int) -> int:
@@ -117,18 +131,20 @@ class _Rewriter(ast.NodeVisitor):
             if alias.name.split(".")[0] != "ray":
                 continue
             self.imports.append(node)
+            self.submodule(alias.name)
             self.bind(alias.asname or "ray", alias.name if alias.asname else "ray", node)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.level or not node.module or node.module.split(".")[0] != "ray":
             return
         self.imports.append(node)
+        self.submodule(node.module)
         for alias in node.names:
             if alias.name != "*":
                 self.bind(alias.asname or alias.name, f"{node.module}.{alias.name}", node)
 
     def bind(self, name: str, path: str, statement: ast.stmt) -> None:
-        self.bindings.setdefault(name, []).append((path, statement))
+        self.bindings.setdefault(name, []).append((self.canonical(path), statement))
 
     def binding(self, name: str, use: ast.AST) -> tuple[str, ast.stmt]:
         """The import that binds ``name`` where ``use`` is: the innermost scope holding both, then the
@@ -159,7 +175,7 @@ class _Rewriter(ast.NodeVisitor):
 
     def rewrite_use(self, node: ast.expr, names: list[str]) -> None:
         bound, statement = self.binding(names[0], node)
-        path = ".".join([bound, *names[1:]])
+        path = self.canonical(".".join([bound, *names[1:]]))
         ray_module = _ray_module(path)
         if ray_module is None or len(ray_module.split(".")) < len(bound.split(".")) - 1:
             self.kept.add(statement)  # ray.init, ray.data, ray.tune...: Ray's
@@ -203,19 +219,42 @@ class _Rewriter(ast.NodeVisitor):
                 self.left(node, f"dynamic import of {arg.value!r}: change it by hand")
         if func and func[0] in self.bindings:
             bound, _ = self.binding(func[0], node)
-            if ".".join([bound, *func[1:]]) == "ray.tune.Tuner" and node.args and self.is_trainer(node.args[0]):
-                self.left(node, "ray.tune.Tuner(trainer) wraps a trainer, which trainkit does not support: call "
+            path = self.canonical(".".join([bound, *func[1:]]))
+            keywords = {k.arg: k.value for k in node.keywords if k.arg}
+            if path in ("ray.tune.Tuner", "ray.tune.run"):
+                trainable = node.args[0] if node.args else keywords.get("trainable" if path.endswith("Tuner")
+                                                                         else "run_or_experiment")
+            elif path == "ray.tune.Tuner.restore":
+                trainable = node.args[1] if len(node.args) > 1 else keywords.get("trainable")
+            else:
+                trainable = None
+            if trainable is not None and self.is_trainer(trainable):
+                self.left(node, f"{path}(trainer) wraps a trainer, which trainkit does not support: call "
                                 "trainer.fit() inside a trial function (docs/hyperparameter-search.md)")
         self.generic_visit(node)
 
     def is_trainer(self, node: ast.expr) -> bool:
         if isinstance(node, ast.Name):
             node = self.assigned.get(node.id, node)
-        return isinstance(node, ast.Call) and bool(func := _dotted(node.func)) and func[-1].endswith("Trainer")
+        if not isinstance(node, ast.Call) or not (func := _dotted(node.func)):
+            return False
+        if func[0] in self.bindings:  # the name it was imported as: `TorchTrainer as TT`
+            func = self.canonical(".".join([self.binding(func[0], node)[0], *func[1:]])).split(".")
+        return func[-1].endswith("Trainer")
 
     # the imports themselves, once every use is known
     def rewrite_imports(self) -> None:
-        done: set[str] = set()
+        done: set[str] = set()  # trainkit modules a top-level import binds already
+        written: set[str] = set()  # `import trainkit_x as y` lines written at the top level
+
+        def once(line: str, top: bool) -> list[str]:
+            """``[line]``, or none where the top level has it already: no import is written twice."""
+            if top and line in written:
+                return []
+            if top:
+                written.add(line)
+            return [line]
+
         for statement in sorted(set(self.imports), key=_position):  # source order: the first needs it
             indent = self.lines[statement.lineno - 1][:statement.col_offset]
             top = statement.col_offset == 0
@@ -236,9 +275,9 @@ class _Rewriter(ast.NodeVisitor):
                             self.left(statement, f"no rule for module {alias.name}: change it by hand")
                         keep.append(alias)
                     elif alias.asname:
-                        lines.append(f"import {target} as {alias.asname}")
+                        lines += once(f"import {target} as {alias.asname}", top)
                     else:  # `import ray.train.torch` binds `ray`: becomes `import trainkit_torch`
-                        if f"import {target}" not in lines:
+                        if f"import {target}" not in lines and not (top and target in done):  # never twice
                             lines.append(f"import {target}")
                         if top:  # a function's import binds it in that function only
                             done.add(target)
@@ -254,15 +293,19 @@ class _Rewriter(ast.NodeVisitor):
                     self.edits.append((*[self.span(statement)[1]] * 2, "".join(f"\n{indent}{x}" for x in lines)))
                 elif lines:
                     self.replace(statement, f"\n{indent}".join(lines))
+                elif not keep:  # all it imported is imported above already
+                    self.remove(statement)
                 continue
             module = statement.module
             target = trainkit_module(module)
             if target is None and (module + ".").startswith("ray.train."):
                 self.left(statement, f"no rule for module {module}: change it by hand")
             keep, names, modules = [], [], []
+            removed = False  # a `from ray import train` whose import is written above already
             for alias in statement.names:
-                if submodule := trainkit_module(f"{module}.{alias.name}"):  # `from ray import train`
-                    modules.append(f"import {submodule} as {alias.asname or alias.name}")
+                if submodule := MODULES.get(f"{module}.{alias.name}"):  # `from ray import train`
+                    modules += once(f"import {submodule} as {alias.asname or alias.name}", top)
+                    removed = True
                 elif target is None or alias.name == "*":
                     keep.append(alias)
                 else:
@@ -276,6 +319,10 @@ class _Rewriter(ast.NodeVisitor):
             for needed in self.needs.get(statement, []):
                 need(needed)
             if not names and not modules and not lines:
+                if removed and keep:
+                    self.replace(statement, f"from {module} import " + ", ".join(_alias(a) for a in keep))
+                elif removed:
+                    self.remove(statement)
                 continue
             if not keep and not modules and not lines:  # the usual case: edit the module and the names in place
                 self.rewrite_from(statement, target, names)
@@ -283,6 +330,17 @@ class _Rewriter(ast.NodeVisitor):
             parts = ([f"from {module} import " + ", ".join(_alias(a) for a in keep)] if keep else [])
             parts += ([f"from {target} import " + ", ".join(_alias(a) for a in names)] if names else [])
             self.replace(statement, f"\n{indent}".join(parts + modules + lines))
+
+    def remove(self, statement: ast.stmt) -> None:
+        """Delete ``statement``: its lines when nothing but a comment shares them, else it becomes ``pass``."""
+        start, end = self.span(statement)
+        line_start = self.line_starts[statement.lineno - 1]
+        line_end = self.line_starts[statement.end_lineno]
+        before, after = self.data[line_start:start], self.data[end:line_end]
+        if not before.strip() and (not after.strip() or after.strip().startswith(b"#")):
+            self.edits.append((line_start, line_end, ""))
+        else:
+            self.replace(statement, "pass")
 
     def plain_ray_import(self, statement: ast.stmt) -> bool:
         """Whether an ``import ray`` beside ``statement`` (in its scope) binds ``ray`` already."""

@@ -66,14 +66,44 @@ NAMES: dict[tuple[str, str], str] = {
 }
 
 
+def rule_module(ray_module: str) -> str | None:
+    """The Ray module of the rules that ``ray_module`` stands for: itself, or for a submodule of a Ray
+    Train module that its package re-exports from (``ray.train.torch.torch_trainer`` for
+    ``ray.train.torch``), the longest such module; None where no rule covers it."""
+    if ray_module in MODULES:
+        return ray_module
+    if not ray_module.startswith("ray.train."):
+        return None
+    parts = ray_module.split(".")
+    return next((".".join(parts[:n]) for n in range(len(parts) - 1, 1, -1) if ".".join(parts[:n]) in MODULES), None)
+
+
 def trainkit_module(ray_module: str) -> str | None:
-    """The trainkit module for a Ray module, or None where the module stays Ray's."""
-    return MODULES.get(ray_module)
+    """The trainkit module for a Ray module (or a submodule of a Ray Train module: its package's), or
+    None where the module stays Ray's."""
+    rule = rule_module(ray_module)
+    return MODULES[rule] if rule else None
+
+
+# Ray Tune's names that take a trainable, which may be a Ray Train trainer: migrate reports one given a trainer
+TUNE_NAMES = ("Tuner", "run")
+
+
+def tune_path(path: str) -> str:
+    """A Ray Tune name by its public path, whatever submodule it was reached through:
+    ``ray.tune.tuner.Tuner.restore`` is ``ray.tune.Tuner.restore``, ``ray.tune.tune.run`` is ``ray.tune.run``."""
+    parts = path.split(".")
+    if parts[:2] == ["ray", "tune"]:
+        for i in range(3, len(parts)):
+            if parts[i] in TUNE_NAMES and all(p.islower() for p in parts[2:i]):
+                return ".".join(["ray", "tune", *parts[i:]])
+    return path
 
 
 def trainkit_name(ray_module: str, name: str) -> str:
     """A Ray module's name as trainkit spells it (the same name unless renamed). Renames apply to a
     module's v2 spelling too (``ray.train.v2.lightning`` as ``ray.train.lightning``)."""
+    ray_module = rule_module(ray_module) or ray_module
     canonical = next((m for m, t in MODULES.items() if t == MODULES.get(ray_module) and (m, name) in NAMES), None)
     return NAMES.get((ray_module, name)) or (NAMES[(canonical, name)] if canonical else name)
 

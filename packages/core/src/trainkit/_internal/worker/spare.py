@@ -31,6 +31,7 @@ class Shape(NamedTuple):
 
     num_workers: int
     prewarm_modules: tuple[str, ...]
+    runtime_env: str = ""  # runtime_env.key() of the workers' runtime_env: workers never serve another
 
 
 @dataclass(frozen=True)
@@ -54,13 +55,14 @@ def fits_in_a_row() -> bool:
     return _fits > 1
 
 
-def shape(num_workers: int, resources: dict[str, float], prewarm_modules: tuple[str, ...]) -> Shape | None:
+def shape(num_workers: int, resources: dict[str, float], prewarm_modules: tuple[str, ...],
+          runtime_env: str = "") -> Shape | None:
     """The shape of a group that may take prestarted workers; None for one that never can."""
     if os.environ.get("TRAINKIT_WARM_WORKERS", "1") == "0" or ray_runtime.embedded_node() is None:
         return None
     if set(resources) - {"CPU", "memory"} or resources.get("CPU", 0) > 1:
         return None
-    return Shape(num_workers, prewarm_modules)
+    return Shape(num_workers, prewarm_modules, runtime_env)
 
 
 def take(wanted: Shape | None) -> list[Any] | None:

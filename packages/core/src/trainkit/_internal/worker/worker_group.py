@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from trainkit._internal.cluster import net, tpu
 from trainkit._internal.cluster.reservation import reserved_bundles
+from trainkit._internal.worker import runtime_env as runtime_envs
 from trainkit._internal.worker import spare
 from trainkit._internal.worker.actor import Worker
 from trainkit._internal.worker.context_types import TrainContext
@@ -41,7 +42,7 @@ def _take_kept_placement(key: tuple | None) -> Any:
     return None
 
 
-def _actor_options(resources: dict[str, float]) -> dict[str, Any]:
+def _actor_options(resources: dict[str, float], runtime_env: dict[str, Any] | None = None) -> dict[str, Any]:
     custom = {k: v for k, v in resources.items() if k not in ("CPU", "GPU", "memory")}
     options: dict[str, Any] = {"num_cpus": resources.get("CPU", 0), "num_gpus": resources.get("GPU", 0),
                                "max_concurrency": 4, "max_restarts": 0}
@@ -49,6 +50,8 @@ def _actor_options(resources: dict[str, float]) -> dict[str, Any]:
         options["memory"] = resources["memory"]
     if custom:
         options["resources"] = custom
+    if runtime_env:
+        options["runtime_env"] = runtime_env
     return options
 
 
@@ -56,20 +59,24 @@ class WorkerGroup:
     """Workers of one attempt (``trainkit.backend.WorkerGroup`` says what a backend may call)."""
 
     def __init__(self, workers: list[WorkerInfo], placement_group: Any, marks: dict[str, float],
-                 spare_shape: spare.Shape | None = None, placement_key: tuple | None = None):
+                 spare_shape: spare.Shape | None = None, placement_key: tuple | None = None,
+                 runtime_env: dict[str, Any] | None = None):
         self.workers = workers
         self._placement_group = placement_group
         self._placement_key = placement_key  # what the placement group holds (see _kept_placement)
         self.marks = marks  # when placement, actor start and setup ended (time.monotonic())
         self._spare_shape = spare_shape  # of the workers to prestart for the next group
+        self._runtime_env = runtime_env  # the workers' (runtime_env.for_workers), and their spares'
 
     @classmethod
     def start(cls, scaling: ScalingConfig, num_workers: int, *, run_name: str, attempt: int,
               storage: Any, env: dict[str, str] | None = None, prewarm_modules: tuple[str, ...] = (),
-              placement_timeout_s: float | None = None, avoid_nodes: frozenset[str] = frozenset()) -> "WorkerGroup":
+              placement_timeout_s: float | None = None, avoid_nodes: frozenset[str] = frozenset(),
+              runtime_env: dict[str, Any] | None = None) -> "WorkerGroup":
         """``num_workers`` actors, placed within ``placement_timeout_s`` (default
         ``TRAINKIT_PLACEMENT_TIMEOUT_S``, 60 s) or PlacementError; none on ``avoid_nodes`` (unless the
-        user's ``label_selector`` names nodes itself, or a Tune trial's reservation is placed already)."""
+        user's ``label_selector`` names nodes itself, or a Tune trial's reservation is placed already).
+        ``runtime_env``: the actors' Ray runtime_env (``runtime_env.for_workers``, uploaded already)."""
         import ray
         from ray.util.placement_group import NODE_ID_LABEL_KEY, placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -114,8 +121,9 @@ class WorkerGroup:
         finally:
             for claim in claims:  # the workers' bundles now hold the slices
                 remove_placement_group(claim)
-        spare_shape = None if reserved or any(selectors) else spare.shape(num_workers, resources, prewarm_modules)
-        options = _actor_options(resources)
+        spare_shape = None if reserved or any(selectors) else spare.shape(num_workers, resources, prewarm_modules,
+                                                                         runtime_envs.key(runtime_env))
+        options = _actor_options(resources, runtime_env)
         actors = spare.take(spare_shape) or [
             _start_actor(prewarm_modules, **options, scheduling_strategy=PlacementGroupSchedulingStrategy(
                 pg, placement_group_bundle_index=first_bundle + i))
@@ -127,7 +135,7 @@ class WorkerGroup:
             driver_node = ray.get_runtime_context().get_node_id()
             workers = _assign_ranks(actors, infos, lambda info, i: tpu.rank_order(info, slice_names) if slice_names
                                     else (info["node_id"] != driver_node, i))
-            group = cls(workers, None if reserved else pg, marks, spare_shape, key)  # a trial's reservation stays the trial's
+            group = cls(workers, None if reserved else pg, marks, spare_shape, key, runtime_env)  # a trial's reservation stays the trial's
             num_slices = num_workers // per_slice if scaling.use_tpu else 1
             ray.get([
                 w.actor.setup.remote(
@@ -265,7 +273,8 @@ class WorkerGroup:
 
     def prestart_next(self) -> None:
         """Prestart the workers of the next group of this shape (the next attempt, the next fit)."""
-        spare.prestart(self._spare_shape, lambda modules: _start_actor(modules, **_actor_options({})))
+        spare.prestart(self._spare_shape,
+                       lambda modules: _start_actor(modules, **_actor_options({}, self._runtime_env)))
 
 
 def _start_actor(prewarm_modules: tuple[str, ...], **options: Any) -> Any:
