@@ -40,6 +40,7 @@ class FailureKind(str, enum.Enum):
     WORKER_HUNG = "WorkerHung"  # a rank stopped answering the driver (``worker_timeout_s``)
     WORKER_STUCK = "WorkerStuck"  # a rank neither reported nor entered a collective (``progress_timeout_s``)
     PREEMPTED = "Preempted"  # a drained node or a SIGTERM'd worker (``PreemptionError``)
+    CLUSTER_DIED = "ClusterDied"  # the embedded Ray cluster's GCS or raylet ended: nothing can run on it
 
     def __str__(self) -> str:  # the name users read, on every Python (3.12 changed mixed-in enums' str)
         return self.value

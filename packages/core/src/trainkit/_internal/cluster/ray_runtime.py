@@ -101,6 +101,24 @@ def ensure_ray(**init_kwargs: object) -> None:
 
 
 _embedded_node = None  # the node of the cluster ensure_ray started in this process
+_VITAL = ("gcs_server", "raylet")  # Ray's process types without which the embedded cluster is gone
+
+
+def embedded_cluster_down() -> str | None:
+    """Which of the embedded cluster's own vital processes (the GCS, the raylet: this process's
+    children) has ended and how, or None while they run (or when the cluster is not embedded)."""
+    import signal
+
+    node = embedded_node()
+    processes = getattr(node, "all_processes", None) or {}
+    for kind in _VITAL:
+        for info in processes.get(kind, []):
+            code = info.process.poll()
+            if code is None:
+                continue
+            how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
+            return f"the embedded Ray cluster's {kind} (pid {info.process.pid}) {how}"
+    return None
 SINGLE_MACHINE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's single-machine mode, servers on loopback
 
 

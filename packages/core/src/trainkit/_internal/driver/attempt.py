@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from trainkit._internal.cluster import ray_runtime
 from trainkit._internal.cluster.oom import oom_evidence
 from trainkit._internal.display import Display
 from trainkit._internal.driver.debug_relay import DebugRelay
@@ -234,7 +235,9 @@ class AttemptRunner:
                 except Exception as exc:  # noqa: BLE001 - training finished; a teardown error is no reason to rerun
                     self.display.note(f"backend shutdown failed after training finished: {type(exc).__name__}: {exc}")
         except Exception as exc:  # noqa: BLE001 - a setup failure is an attempt failure
-            if isinstance(exc, TrainingFailedError):
+            if cluster_down := self._cluster_down():  # what the setup's error comes from
+                outcome.error = cluster_down
+            elif isinstance(exc, TrainingFailedError):
                 outcome.error = exc
             else:
                 outcome.error = ControllerError(f"attempt {self.state.attempt} failed in the driver: "
@@ -295,6 +298,9 @@ class AttemptRunner:
         try:
             while running and outcome.error is None and outcome.resize_to is None:
                 received = receiver.get(timeout=min(POLL_S, timeout_s))
+                if cluster_down := self._cluster_down():  # before the ranks' errors, which it caused
+                    outcome.error = cluster_down
+                    break
                 if self.reports.validator:
                     self.reports.merge_validations()
                 with self.reports.batch():
@@ -338,6 +344,13 @@ class AttemptRunner:
             return outcome
         self.reports.drop_unmatched()
         return outcome
+
+    def _cluster_down(self) -> ControllerError | None:
+        """The run's own embedded cluster lost its GCS or raylet: the attempt ends now, named so."""
+        if (down := ray_runtime.embedded_cluster_down()) is None:
+            return None
+        return ControllerError(f"{down}: every worker went with it (attempt {self.state.attempt})", None,
+                               error_type=FailureKind.CLUSTER_DIED)
 
     def _handle(self, item: Received, outcome: AttemptResult, running: set[int], group: Any) -> None:
         """One poll's answer from ``item.rank``: its events in order, or why the poll failed."""

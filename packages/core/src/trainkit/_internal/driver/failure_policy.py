@@ -52,6 +52,9 @@ class FailurePolicy:
             return Decision("finish", "training finished")
         if outcome.error_type == "RunLockedError":  # the lease is lost: a retry could only overwrite the new driver
             return Decision("give_up", "this driver lost the run's lease (RunLockedError): no retries")
+        if outcome.error_type == FailureKind.CLUSTER_DIED:  # every worker and the driver's connection went with it
+            return Decision("give_up", "the embedded Ray cluster is gone: no retries; run it again with the same "
+                                       "name to resume from its last checkpoint")
         if outcome.storage_full:  # a retry would fail the same way, after losing the attempt's progress
             return Decision("give_up", f"storage is full ({outcome.storage_full}): no retries; free space and "
                                        "run it again with the same name to resume from its last checkpoint")
