@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Callable
 from pathlib import Path
 
 from trainkit._internal.cluster import ray_worker_main, watchdog
@@ -308,6 +309,43 @@ def _polling_get_node(ray, slow_get_node):
         return slow_get_node(gcs_address, node_id)
 
     return get_node
+
+
+def watch_embedded_cluster(on_down: Callable[[str], None], every_s: float = 0.5) -> Callable[[], None]:
+    """Call ``on_down(what)`` once, from a thread, when the embedded cluster's GCS or raylet ends
+    (``embedded_cluster_down``): the driver's main thread may then be stuck in a call to the dead
+    GCS, which Ray ends by ending this process 60 s later. Returns what stops the watch."""
+    import threading
+
+    stopped = threading.Event()
+
+    def watch() -> None:
+        while not stopped.wait(every_s):
+            if (down := embedded_cluster_down()) is not None:
+                on_down(down)
+                return
+
+    if embedded_node() is not None:
+        threading.Thread(target=watch, name="trainkit-cluster-watch", daemon=True).start()
+    return stopped.set
+
+
+def abandon_embedded_cluster() -> None:
+    """The embedded cluster lost its GCS or raylet (``embedded_cluster_down``): end what is left of
+    it and disconnect, asking the dead processes nothing (each such call waits for an answer that
+    never comes, and Ray would end this process once it gives up on its GCS, 60 s later). The next
+    fit starts a fresh cluster."""
+    import ray
+
+    node = embedded_node()
+    for infos in (getattr(node, "all_processes", None) or {}).values():
+        for info in infos:
+            if info.process.poll() is None:
+                info.process.kill()
+    if node is not None:
+        node.kill_all_processes = lambda *_args, **_kwargs: None  # all gone, or going
+    ray.shutdown()
+    watchdog.stop()
 
 
 def _stop_embedded_cluster() -> None:

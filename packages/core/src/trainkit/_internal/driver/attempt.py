@@ -245,6 +245,9 @@ class AttemptRunner:
                 outcome.error.__cause__ = exc
         finally:
             self._avoid_nodes = frozenset()
+            if outcome.error is not None and outcome.error.error_type == FailureKind.CLUSTER_DIED:
+                ray_runtime.abandon_embedded_cluster()  # the group went with it: nothing to stop or ask
+                group = None
             if group is not None:
                 if outcome.error is not None:
                     self._avoid_nodes = _unreachable_nodes(outcome.error, group)

@@ -7,9 +7,11 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+import threading
 import time
 from typing import Any, Callable
 
+from trainkit._internal.cluster import ray_runtime
 from trainkit._internal.cluster.reservation import check_enclosing_reservation
 from trainkit._internal.display import Display
 from trainkit._internal.driver.attempt import AttemptResult, AttemptRunner
@@ -32,11 +34,12 @@ from trainkit.backend import BackendConfig
 from trainkit.callbacks import RunContext
 from trainkit.checkpoint import Checkpoint
 from trainkit.config import RunConfig, ScalingConfig
-from trainkit.errors import PreemptionError, StorageError
+from trainkit.errors import FailureKind, PreemptionError, StorageError
 from trainkit.result import Result
 from trainkit.validation import ValidationConfig
 
 logger = logging.getLogger("trainkit")
+CLUSTER_GRACE_S = 10.0  # how long a dead cluster's failure is left to the main thread before a thread records it
 
 
 class Controller:
@@ -67,6 +70,7 @@ class Controller:
         self.reports: ReportLog | None = None  # built with the state, by _prepare_state
         self._ray_start_s: float | None = None  # this fit's, shown in its first attempt's profile
         self.debug_relay: DebugRelay | None = None  # the ranks' breakpoint(), for the run's length
+        self._ended = threading.Event()  # run() is over (see _cluster_died)
         self._runtime_env: dict[str, Any] | None = None  # the workers', working_dir uploaded
 
     # -- run -------------------------------------------------------------------------------------
@@ -93,7 +97,12 @@ class Controller:
                     check_enclosing_reservation(self.scaling.min_workers, self.scaling.worker_resources)
                 self.debug_relay = DebugRelay(self.display, breakpoints, serve=not self.scaling.local_mode)
                 self._prepare_state()
-                return self._run_attempts(self._attempt_runner())
+                stop_watch = ray_runtime.watch_embedded_cluster(self._cluster_died)
+                try:
+                    return self._run_attempts(self._attempt_runner())
+                finally:
+                    self._ended.set()
+                    stop_watch()
             except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP (signals.py)
                 signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
                 self._interrupted(self.policy.decide(Outcome(interrupted=True)), signum)
@@ -102,6 +111,24 @@ class Controller:
                     self.debug_relay.close()
                 lock.release()
                 storage.fence = None
+
+    def _cluster_died(self, what: str) -> None:
+        """The embedded cluster lost its GCS or raylet (a thread's call): record the run failed now,
+        before Ray can end this process (it does 60 s after losing its GCS, however stuck the main
+        thread is in a call to it); the attempt ends by itself when its thread is not stuck."""
+        if self._ended.wait(CLUSTER_GRACE_S):  # the attempt saw it too, and the run ended as it records
+            return
+        state = self.state
+        message = f"{what}: every worker went with it (attempt {state.attempt})"
+        try:
+            failed = RunState.from_json(state.to_json())  # a copy: the main thread owns the state
+            failed.status, failed.error = "failed", message
+            failed.failures.append({"attempt": state.attempt, "rank": None, "type": str(FailureKind.CLUSTER_DIED),
+                                    "message": message, "time": time.time()})
+            failed.save(self.storage)
+        except Exception as exc:  # noqa: BLE001 - the line below still says what happened
+            message += f" (could not record it in {storage_mod.STATE}: {exc})"
+        print(f"trainkit: run {self.storage.name!r} failed: {message}", file=sys.stderr, flush=True)
 
     def _interrupted(self, decision: Decision, signum: int) -> None:
         """A stop signal: the attempt's workers are already stopped; record the run as interrupted

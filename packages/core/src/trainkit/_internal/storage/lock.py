@@ -220,14 +220,14 @@ class RunLock:
             lease = _read_lease(self.storage)
             if lease is None:
                 continue  # released (or torn) in between: try again
+            token = stored_token(self.storage.path(LOCK), "token", lease.get("token"))
+            if token is None:  # no trainkit wrote it: whoever holds it, it is never taken over
+                raise RunLockedError(f"run {name!r}: its lock {self.storage.path(LOCK)} holds an invalid token, so "
+                                     "trainkit cannot take it over safely; delete that file if no driver runs this run")
             if self._alive(lease):
                 raise RunLockedError(
                     f"run {name!r} is being run by another driver (host {lease.get('host')}, "
                     f"pid {lease.get('pid')}); wait for it to finish or pick another {setting('name')}")
-            token = stored_token(self.storage.path(LOCK), "token", lease.get("token"))
-            if token is None:
-                raise RunLockedError(f"run {name!r}: its lock {self.storage.path(LOCK)} holds an invalid token, so "
-                                     "trainkit cannot take it over safely; delete that file if no driver runs this run")
             marker = TAKEOVER + token
             if not create_exclusive(self.storage, marker, self.owner["token"].encode()):
                 raise RunLockedError(f"run {name!r} is being taken over by another driver at the same moment")

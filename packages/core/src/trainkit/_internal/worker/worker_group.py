@@ -36,9 +36,11 @@ def _take_kept_placement(key: tuple | None) -> Any:
         return None
     if kept[0] == key:
         return kept[1]
+    import ray
     from ray.util.placement_group import remove_placement_group
 
-    remove_placement_group(kept[1])
+    if ray.is_initialized():  # else it went with its cluster
+        remove_placement_group(kept[1])
     return None
 
 
