@@ -6,7 +6,6 @@ import json
 import os
 import sys
 import unicodedata
-from pathlib import Path
 
 import pytest
 

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -20,6 +19,7 @@ from typing import Any
 
 import trainkit
 from trainkit._internal import display, interface
+from trainkit._internal.cluster.gpus import gpu_count
 from trainkit._internal.terminal import terminal_safe
 from trainkit._internal.tools.launch import (
     DEFAULT_SHUTDOWN_TIMEOUT_S,
@@ -240,17 +240,7 @@ def _visible_gpus() -> int:
         import torch
     except ImportError:
         torch = None
-    if torch is not None:
-        return torch.cuda.device_count()
-    if not shutil.which("nvidia-smi"):
-        return 0
-    try:
-        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    count = sum(line.startswith("GPU ") for line in listed.splitlines())
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    return count if visible is None else min(count, len([d for d in visible.split(",") if d.strip()]))
+    return torch.cuda.device_count() if torch is not None else gpu_count()
 
 
 def _nnodes(value: str) -> tuple[int, int]:
