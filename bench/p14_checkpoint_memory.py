@@ -120,8 +120,8 @@ def main() -> None:
                 copy = (f"; plain copy_files {row['copy_s']:.2f} s, rank {row['copy_rank_mib']:+.0f} MiB, "
                         f"report/copy = {row['report_s'] / row['copy_s']:.2f}") if "copy_s" in row else ""
                 print(f"P14 {store:5s} {mib:5d} MiB ({FILES} files): rank {row['rank_mib']:+.0f} MiB over report() "
-                      f"({row['report_s']:.2f} s, {mib / row['report_s']:.0f} MiB/s), driver {row['driver_mib']:+.0f} MiB "
-                      f"to the commit ({row['committed_s']:.2f} s), restore {row['restore_mib']:+.0f} MiB "
+                      f"({row['report_s']:.2f} s, {mib / row['report_s']:.0f} MiB/s), "
+                      f"driver {row['driver_mib']:+.0f} MiB to the commit ({row['committed_s']:.2f} s), restore {row['restore_mib']:+.0f} MiB "
                       f"({row['restore_s']:.2f} s){copy}", flush=True)
     finally:
         if server is not None:

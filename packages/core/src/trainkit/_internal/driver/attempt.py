@@ -444,8 +444,8 @@ class AttemptRunner:
                    "process was stopped. A process cut off may still run there (trainkit's commits never take an "
                    "earlier attempt's files)")
         elif killed := oom_evidence(worker.node_id, worker.pid):
-            why = (f"was killed by the kernel's out-of-memory killer on node {worker.ip} (node id {worker.node_id[:12]}): "
-                   f"its worker process (pid {worker.pid}) needed more memory than its limit allowed; the kernel "
+            why = (f"was killed by the kernel's out-of-memory killer on node {worker.ip} "
+                   f"(node id {worker.node_id[:12]}): its worker process (pid {worker.pid}) needed more memory than its limit allowed; the kernel "
                    f"said: {killed}")
         else:
             log = ("the kernel's log names no out-of-memory kill of it" if killed == "" else
