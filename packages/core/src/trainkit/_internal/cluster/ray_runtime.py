@@ -132,7 +132,18 @@ def _attach_warm(ray, record: dict, quiet: dict) -> bool:
         ray._private.ray_constants.ENABLE_RAY_CLUSTER = single_machine[1]
     _warm_node, _warm_address = ray._private.worker._global_node, record["address"]
     warm.touch()
+    if os.environ.get("TRAINKIT_RAY_PATCHES", "1").lower() not in ("0", "false", "no"):
+        atexit.register(_leave_warm)  # before Ray's own exit hook (atexit is LIFO)
     return True
+
+
+def _leave_warm() -> None:
+    """Disconnect from the warm cluster at exit without Ray's exit hook's 0.5 s sleep (for log lines
+    the driver never shows: ``log_to_driver=False``); the cluster stays up."""
+    import ray
+
+    if ray.is_initialized() and warm_address() is not None:
+        ray.shutdown()
 
 
 def _token_auth_on() -> None:
