@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -64,6 +65,7 @@ def warm_env(tmp_path_factory):
                 psutil.Process(pid).kill()
             except psutil.Error:
                 pass
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _record(ctx) -> dict | None:
