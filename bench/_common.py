@@ -111,3 +111,44 @@ def peak_memory(cmd: list[str], role, env: dict[str, str] | None = None, timeout
         by_role.setdefault(kind, []).append(round(kib / 1024, 1))
     return {"peak_rss_mib": {kind: sorted(v, reverse=True) for kind, v in by_role.items()},
             "peak_total_pss_mib": round(total_pss / 1024, 1)}
+
+
+class WarmCluster:
+    """``trainkit up`` for a bench's "trainkit warm" side, in a TMPDIR of its own (so only the runs
+    given ``env`` attach to it; the other sides start Ray as before), ``trainkit down`` at the end."""
+
+    def __init__(self, base_env: dict[str, str]):
+        import tempfile
+
+        self.tmp = tempfile.mkdtemp(prefix="tkw", dir="/tmp")  # short: Ray's socket paths live under it
+        self.env = {**base_env, "TMPDIR": self.tmp}
+
+    def __enter__(self) -> "WarmCluster":
+        out = subprocess.run([sys.executable, "-m", "trainkit.cli", "up", "--idle-timeout", "0", "--json"],
+                             env={**os.environ, **self.env}, capture_output=True, text=True, timeout=300)
+        if out.returncode:
+            raise RuntimeError(f"trainkit up failed: {out.stderr[-2000:]}")
+        self.record = json.loads(out.stdout)
+        return self
+
+    def idle_rss_mib(self, settle_s: float = 20.0) -> dict:
+        """RSS of every process of the idle warm cluster (its keeper and all it started), after
+        ``settle_s`` for its idle workers' prewarm imports to end."""
+        import psutil
+
+        time.sleep(settle_s)
+        keeper = psutil.Process(self.record["keeper_pid"])
+        rss = {}
+        for proc in [keeper, *keeper.children(recursive=True)]:
+            try:
+                rss[f"{proc.pid} {proc.name()} {' '.join(proc.cmdline()[:1])[:40]}"] = proc.memory_info().rss / 2**20
+            except psutil.Error:
+                pass
+        return {"total_mib": sum(rss.values()), "processes": len(rss), "per_process_mib": rss}
+
+    def __exit__(self, *exc) -> None:
+        import shutil
+
+        subprocess.run([sys.executable, "-m", "trainkit.cli", "down"], env={**os.environ, **self.env},
+                       capture_output=True, timeout=300)
+        shutil.rmtree(self.tmp, ignore_errors=True)

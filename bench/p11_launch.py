@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import peak_memory, rounds, save, summarize, timed  # noqa: E402
+from _common import WarmCluster, peak_memory, rounds, save, summarize, timed  # noqa: E402
 
 JOB = str(Path(__file__).parent / "_p11_job.py")
 ENV = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -136,9 +136,22 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory runs")
+    parser.add_argument("--no-warm", action="store_true", help="skip the warm-cluster side (`trainkit up`)")
     args = parser.parse_args()
     figures: dict[str, dict] = {}
-    cold = rounds({side: variant(side, False, figures) for side in SIDES}, args.rounds)
+    warm_memory = {}
+    if args.no_warm:
+        cold = rounds({side: variant(side, False, figures) for side in SIDES}, args.rounds)
+    else:  # "trainkit warm": `trainkit launch` attached to a warm cluster started once, before the rounds
+        with WarmCluster(ENV) as warm:
+            warm_side = {k: v for k, v in warm.env.items() if k not in ENV}
+            warm_memory["idle, just started"] = warm.idle_rss_mib()
+            SIDES["trainkit warm"] = warm_side
+            cold = rounds({side: variant(side, False, figures) for side in SIDES}, args.rounds)
+            warm_memory["idle, after the rounds"] = warm.idle_rss_mib()
+        del SIDES["trainkit warm"]  # the memory runs below are of the sides without it
+        for when, found in warm_memory.items():
+            print(f"P11 warm cluster memory, {when}: RSS {found['total_mib']:.0f} MiB in {found['processes']} processes")
     restart = rounds({side: variant(side, True, figures) for side in ("torchrun", "trainkit")}, args.rounds)
     for name, samples in (("cold start", cold), ("restart", restart)):
         for side, s in samples.items():
@@ -148,6 +161,8 @@ def main() -> None:
         print(f"P11 launch -> first line {side:13s} median {statistics.median(found['first line']):.2f} s")
     ratios = {"cold start": ratio_line("cold start", cold, "trainkit", "target <= 1.2"),
               "cold start, warm workers off": ratio_line("cold start", cold, "trainkit cold", "report"),
+              **({"cold start, warm cluster": ratio_line("cold start", cold, "trainkit warm", "target <= 0.5")}
+                 if "trainkit warm" in cold else {}),
               "restart": ratio_line("restart", restart, "trainkit", "target <= 1.0")}
     table = {}
     for name, what in (("phases", "launch -> first line"), ("restart phases", "restart: crash -> first line")):
@@ -156,7 +171,8 @@ def main() -> None:
         print(f"P11 trainkit {what}, median seconds per phase:")
         for phase, seconds in table[name].items():
             print(f"  {phase:76s} {seconds:6.2f}")
-    results = {"cold": cold, "restart": restart, "ratios": ratios, "phases": table, "figures": figures}
+    results = {"cold": cold, "restart": restart, "ratios": ratios, "phases": table, "figures": figures,
+               "warm_cluster_memory": warm_memory}
     save("p11", results)
     mem = {} if args.no_memory else {**{side: memory(side, False) for side in SIDES},
                                      **{f"{side} restart": memory(side, True) for side in ("torchrun", "trainkit")}}

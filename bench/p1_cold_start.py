@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import peak_memory, rounds, save, summarize, timed  # noqa: E402
+from _common import WarmCluster, peak_memory, rounds, save, summarize, timed  # noqa: E402
 
 JOB = str(Path(__file__).parent / "_p1_job.py")
 ENV = {"OMP_NUM_THREADS": "1", "RAY_TRAIN_V2_ENABLED": "1"}
@@ -84,10 +84,22 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-raytrain", action="store_true")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory runs")
+    parser.add_argument("--no-warm", action="store_true", help="skip the warm-cluster side (`trainkit up`)")
     args = parser.parse_args()
     modes = ["torchrun", "trainkit", "trainkit cold"] + ([] if args.no_raytrain else ["raytrain"])
     profiles: dict[str, list[dict]] = {}
-    samples = rounds({m: variant(m, profiles) for m in modes}, args.rounds)
+    warm_memory = {}
+    if args.no_warm:
+        samples = rounds({m: variant(m, profiles) for m in modes}, args.rounds)
+    else:  # "trainkit warm": the same fresh process, attached to a warm cluster started once, before the rounds
+        with WarmCluster(ENV) as warm:
+            SIDE_ENV["trainkit warm"] = {k: v for k, v in warm.env.items() if k not in ENV}
+            warm_memory["idle, just started"] = warm.idle_rss_mib()
+            modes.insert(1, "trainkit warm")
+            samples = rounds({m: variant(m, profiles) for m in modes}, args.rounds)
+            warm_memory["idle, after the rounds"] = warm.idle_rss_mib()
+        for when, found in warm_memory.items():
+            print(f"P1 warm cluster memory, {when}: RSS {found['total_mib']:.0f} MiB in {found['processes']} processes")
     stats = {m: summarize(s) for m, s in samples.items()}
     tk, tr = stats["trainkit"]["median"], stats["torchrun"]["median"]
     for m, s in stats.items():
@@ -101,6 +113,13 @@ def main() -> None:
           f"(target <= 1.25), {per_round[calmest]:.2f} in the calmest (target <= 1.15); per round "
           f"{' '.join(f'{r:.2f}' for r in per_round)}")
     print(f"P1 warm workers off (TRAINKIT_WARM_WORKERS=0): {ratios['trainkit cold/torchrun']:.2f}x torchrun")
+    if "trainkit warm" in samples:
+        warm_rounds = [k / t for k, t in zip(samples["trainkit warm"], samples["torchrun"])]
+        ratios["trainkit warm/torchrun"] = stats["trainkit warm"]["median"] / tr
+        ratios["trainkit warm per round"] = warm_rounds
+        print(f"P1 warm cluster (`trainkit up`): {ratios['trainkit warm/torchrun']:.2f}x torchrun of the medians, "
+              f"{statistics.median(warm_rounds):.2f} in the median round (target <= 0.5); per round "
+              f"{' '.join(f'{r:.2f}' for r in warm_rounds)}")
     if "raytrain" in stats:
         ratios["trainkit/raytrain"] = tk / stats["raytrain"]["median"]
         print(f"P1 trainkit/raytrain = {ratios['trainkit/raytrain']:.2f} (target <= 0.3)")
@@ -110,13 +129,13 @@ def main() -> None:
         print(f"P1 {mode} start path (median seconds per phase):")
         for phase, seconds in phases.items():
             print(f"  {phase:48s} {seconds:6.2f}")
-    mem = {} if args.no_memory else {m: memory(m) for m in modes}
+    mem = {} if args.no_memory else {m: memory(m) for m in modes if m != "trainkit warm"}
     for m, found in mem.items():
         rss = found["peak_rss_mib"]
         print(f"P1 memory {m:13s} driver {rss['driver'][0]:.0f} MiB, workers {rss.get('worker', [])} MiB, "
               f"other processes {sum(rss.get('other', [])):.0f} MiB in {len(rss.get('other', []))}, "
               f"whole tree peak PSS {found['peak_total_pss_mib']:.0f} MiB")
-    print(f"results: {save('p1', {'stats': stats, 'ratios': ratios, 'samples': samples, 'start_path': start_path, 'memory': mem})}")
+    print(f"results: {save('p1', {'stats': stats, 'ratios': ratios, 'samples': samples, 'start_path': start_path, 'memory': mem, 'warm_cluster_memory': warm_memory})}")
 
 
 if __name__ == "__main__":

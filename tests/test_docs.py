@@ -16,7 +16,9 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import sys
+import tempfile
 import textwrap
 import tomllib
 from pathlib import Path
@@ -142,13 +144,21 @@ def test_every_code_block_runs(page, tmp_path):
         return
     (tmp_path / "blocks.json").write_text(json.dumps(runnable))
     (tmp_path / "runner.py").write_text(RUNNER)
-    env = {**os.environ, "HOME": str(tmp_path), "TRAINKIT_VERBOSE": "0",
+    # TMPDIR of its own (short: Ray's socket paths live under it): the page's private dir, so a warm
+    # cluster its blocks start (`trainkit up`, docs/cli.md) is seen by no other test, and stopped below
+    private_tmp = tempfile.mkdtemp(prefix="tkd", dir="/tmp")
+    env = {**os.environ, "HOME": str(tmp_path), "TRAINKIT_VERBOSE": "0", "TMPDIR": private_tmp,
            "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])}
     env.pop("TRAINKIT_STORAGE_PATH", None)
     work = tmp_path / "work"
     work.mkdir()
-    done = subprocesses.run([sys.executable, str(tmp_path / "runner.py"), str(tmp_path / "blocks.json")], cwd=work,
-                            env=env, capture_output=True, text=True, timeout=600)
+    try:
+        done = subprocesses.run([sys.executable, str(tmp_path / "runner.py"), str(tmp_path / "blocks.json")],
+                                cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    finally:
+        if "trainkit up" in page.read_text():  # a warm cluster its blocks left up: never past the test
+            subprocesses.run([sys.executable, "-m", "trainkit.cli", "down"], env=env, capture_output=True, timeout=120)
+        shutil.rmtree(private_tmp, ignore_errors=True)
     assert done.returncode == 0, f"{page.name}:\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}"
 
 

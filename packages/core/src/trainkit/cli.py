@@ -158,6 +158,54 @@ def _launch(args: argparse.Namespace) -> int:
     from trainkit._internal.tools.launch_command import main as launch
 
     return launch(args)
+def _default_prewarm() -> list[str]:
+    """The frameworks to prewarm in the warm cluster's workers: torch where trainkit-torch and torch
+    are installed (what its backend's workers import first)."""
+    from importlib.util import find_spec
+
+    try:
+        return ["torch"] if find_spec("trainkit_torch") and find_spec("torch") else []
+    except (ImportError, ValueError):
+        return []
+
+
+def _up(args: argparse.Namespace) -> int:
+    from trainkit._internal.cluster import warm
+
+    try:
+        idle_s = warm.parse_duration(args.idle_timeout)
+    except ValueError:
+        _say(f"trainkit up: --idle-timeout {args.idle_timeout!r}: give e.g. 90s, 30m, 2h, or 0 for never", error=True)
+        return 2
+    prewarm = [m for m in (args.prewarm if args.prewarm is not None else _default_prewarm()) if m != "none"]
+    try:
+        record, started = warm.up(idle_s, args.num_cpus, prewarm)
+    except RuntimeError as exc:
+        _say(f"trainkit up: {exc}", error=True)
+        return 1
+    if args.json:
+        print(json.dumps({**record, "started_now": started}, indent=1))
+        return 0
+    idle = f"stops after {record['idle_timeout_s']:g} s unused" if record["idle_timeout_s"] else "no idle timeout"
+    _say(f"warm cluster {'started' if started else 'already up'} at {record['address']} (keeper pid "
+         f"{record['keeper_pid']}, {record.get('num_cpus') or '?'} CPUs, {idle}, prewarm: "
+         f"{', '.join(record['prewarm']) or 'nothing'}); `trainkit down` stops it")
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    from trainkit._internal.cluster import warm
+
+    record = warm.down()
+    if args.json:
+        print(json.dumps({"stopped": record}, indent=1))
+    elif record is None:
+        _say("no warm cluster is up")
+    else:
+        _say(f"warm cluster {record['address']} stopped (keeper pid {record['keeper_pid']})")
+    return 0
+
+
 def _migrate(args: argparse.Namespace) -> int:
     from trainkit._internal.tools.migrate import migrate_paths
 
@@ -223,6 +271,20 @@ def main(argv: list[str] | None = None) -> int:
                                  "is torchrun's: `trainkit launch` in place of `torchrun` does the same job.")
     launch_arguments(launch)
     launch.set_defaults(func=_launch)
+    up = commands.add_parser("up", help="start a warm local Ray cluster that later runs attach to (opt-in)",
+                             description="Start this user's warm local cluster (Ray on loopback, its files private) "
+                             "that fit(), `trainkit launch` and scripts started afterwards attach to instead of "
+                             "starting Ray each. Every run still gets fresh worker processes. `trainkit down` stops it.")
+    up.add_argument("--idle-timeout", default="30m", help="stop it when no driver used it for this long: 90s, 30m, "
+                    "2h, or 0 for never (default: 30m)")
+    up.add_argument("--num-cpus", type=int, help="CPUs the cluster offers (default: the machine's)")
+    up.add_argument("--prewarm", action="append", metavar="MODULE", help="a module its idle workers import ahead "
+                    "of a run; repeat for more, `none` for nothing (default: torch where trainkit-torch is installed)")
+    up.add_argument("--json", action="store_true", help="machine-readable output: the cluster's record")
+    up.set_defaults(func=_up)
+    down = commands.add_parser("down", help="stop the warm local cluster; nothing of it is left running")
+    down.add_argument("--json", action="store_true", help="machine-readable output")
+    down.set_defaults(func=_down)
     migrate = commands.add_parser("migrate", help="rewrite Ray Train scripts to trainkit (a diff, or --write)")
     migrate.add_argument("paths", nargs="+", metavar="PATH", help="a .py file, or a directory: every .py under it")
     migrate.add_argument("--write", action="store_true", help="rewrite the files in place instead of printing a diff")

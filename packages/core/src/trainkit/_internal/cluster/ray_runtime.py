@@ -38,7 +38,7 @@ import time
 from typing import Callable
 from pathlib import Path
 
-from trainkit._internal.cluster import ray_worker_main, watchdog
+from trainkit._internal.cluster import ray_worker_main, warm, watchdog
 
 
 def ensure_ray(**init_kwargs: object) -> None:
@@ -53,6 +53,8 @@ def ensure_ray(**init_kwargs: object) -> None:
         _hide_worker_pool_warning()
     if os.environ.get("RAY_ADDRESS"):
         ray.init(**quiet)
+        return
+    if (record := warm.attachable()) is not None and _attach_warm(ray, record, quiet):
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     # single-machine mode for the cluster's own processes, which inherit it as ray.init starts them;
@@ -102,6 +104,74 @@ def ensure_ray(**init_kwargs: object) -> None:
 
 
 _embedded_node = None  # the node of the cluster ensure_ray started in this process
+_warm_node = None  # this process's node object while connected to the warm cluster (``trainkit up``)
+_warm_address: str | None = None
+
+
+def _attach_warm(ray, record: dict, quiet: dict) -> bool:
+    """Connect to the warm cluster ``record`` names (``warm.py``); False (nothing left connected)
+    when that fails, and the caller starts the embedded cluster."""
+    global _warm_node, _warm_address
+    single_machine = os.environ.get(SINGLE_MACHINE), ray._private.ray_constants.ENABLE_RAY_CLUSTER
+    ray._private.ray_constants.ENABLE_RAY_CLUSTER = False  # 127.0.0.1 stays 127.0.0.1 (not the machine's IP)
+    if record.get("auth_mode") == "token" and not os.environ.get("RAY_AUTH_MODE"):
+        _token_auth_on()  # Ray turns it on by itself only for a cluster it finds, not for an address given
+    notice = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    level = notice.level
+    notice.setLevel(logging.ERROR)
+    try:
+        ray.init(address=record["address"], _node_ip_address="127.0.0.1", **quiet)
+    except Exception as exc:  # noqa: BLE001 - the cluster went away between the check and here
+        logging.getLogger(__name__).debug("warm cluster %s unusable: %s", record.get("address"), exc)
+        try:
+            ray.shutdown()
+        except Exception:  # noqa: BLE001
+            pass
+        return False
+    finally:
+        notice.setLevel(level)
+        ray._private.ray_constants.ENABLE_RAY_CLUSTER = single_machine[1]
+    _warm_node, _warm_address = ray._private.worker._global_node, record["address"]
+    warm.touch()
+    if os.environ.get("TRAINKIT_RAY_PATCHES", "1").lower() not in ("0", "false", "no"):
+        atexit.register(_leave_warm)  # before Ray's own exit hook (atexit is LIFO)
+    return True
+
+
+def _leave_warm() -> None:
+    """Disconnect from the warm cluster at exit without Ray's exit hook's 0.5 s sleep (for log lines
+    the driver never shows: ``log_to_driver=False``); the cluster stays up."""
+    import ray
+
+    if ray.is_initialized() and warm_address() is not None:
+        ray.shutdown()
+
+
+def _token_auth_on() -> None:
+    """Token authentication for this process, with this user's token (``~/.ray/auth_token``, the
+    one the warm cluster's keeper started with), as Ray's ``ray.init`` does for a new local cluster."""
+    try:
+        from ray._private.authentication.authentication_token_setup import _enable_token_auth
+    except ImportError:  # a Ray release without token authentication
+        return
+    _enable_token_auth()
+
+
+def warm_address() -> str | None:
+    """The warm cluster's address while this process is connected to it."""
+    import ray
+
+    node = getattr(ray._private.worker, "_global_node", None)
+    return _warm_address if node is not None and node is _warm_node else None
+
+
+def own_cluster() -> object | None:
+    """A token of the single-machine cluster trainkit runs on (the embedded one this process
+    started, or the warm one it attached to), None on any other cluster (``RAY_ADDRESS``)."""
+    import ray
+
+    node = getattr(ray._private.worker, "_global_node", None)
+    return node if node is not None and (node is _embedded_node or node is _warm_node) else None
 _VITAL = ("gcs_server", "raylet")  # Ray's process types without which the embedded cluster is gone
 
 
@@ -166,7 +236,7 @@ def check_can_ever_place(scaling) -> None:
     the machine has fail now, naming it, not after the placement timeout."""
     import ray
 
-    if embedded_node() is None:
+    if own_cluster() is None:
         return
     total = ray.cluster_resources()
     short = {k: v for k, v in scaling.worker_resources.items() if v and total.get(k, 0) < v}

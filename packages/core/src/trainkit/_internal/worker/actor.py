@@ -61,6 +61,9 @@ def failure_event(rank: int, exc: BaseException) -> Failed:
 
 
 
+DRIVER_CWD = "TRAINKIT_DRIVER_CWD"  # set by a driver on the warm cluster: its workers run where it runs, as on the embedded one
+
+
 class Worker:
     """One rank. Ray runs it as a threaded actor so ``poll`` answers while training runs."""
 
@@ -115,6 +118,8 @@ class Worker:
 
     def setup(self, context: TrainContext, env: dict[str, str], driver_node: str) -> None:
         os.environ.update(env)
+        if (cwd := env.get(DRIVER_CWD)) and os.path.isdir(cwd):  # the warm cluster's workers start in "/"
+            os.chdir(cwd)
         self._context = context
         self._driver_node = driver_node
         set_worker_context(context)

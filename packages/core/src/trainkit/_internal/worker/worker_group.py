@@ -7,11 +7,11 @@ import os
 import time
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from trainkit._internal.cluster import net, tpu
+from trainkit._internal.cluster import net, ray_runtime, tpu
 from trainkit._internal.cluster.reservation import reserved_bundles
 from trainkit._internal.worker import runtime_env as runtime_envs
 from trainkit._internal.worker import spare
-from trainkit._internal.worker.actor import Worker
+from trainkit._internal.worker.actor import DRIVER_CWD, Worker
 from trainkit._internal.worker.context_types import TrainContext
 from trainkit.backend import Rendezvous, WorkerInfo
 from trainkit.config import ScalingConfig
@@ -139,12 +139,13 @@ class WorkerGroup:
                                     else (info["node_id"] != driver_node, i))
             group = cls(workers, None if reserved else pg, marks, spare_shape, key, runtime_env)  # a trial's reservation stays the trial's
             num_slices = num_workers // per_slice if scaling.use_tpu else 1
+            cwd = {DRIVER_CWD: os.getcwd()} if ray_runtime.warm_address() else {}
             ray.get([
                 w.actor.setup.remote(
                     TrainContext(world_rank=w.world_rank, world_size=num_workers, local_rank=w.local_rank,
                                  local_world_size=w.local_world_size, node_rank=w.node_rank,
                                  experiment_name=run_name, attempt=attempt, storage=storage),
-                    {**(env or {}), "TRAINKIT_RANK": str(w.world_rank),
+                    {**(env or {}), "TRAINKIT_RANK": str(w.world_rank), **cwd,
                      **(tpu.multislice_env(workers[0].ip, num_slices, w.world_rank // per_slice)
                         if num_slices > 1 else {})},
                     driver_node,

@@ -1,0 +1,168 @@
+"""The warm local cluster (``trainkit up`` / ``trainkit down``), with real processes: a fit in a fresh
+process attaches to it (no Ray start of its own), sees an edit to the user's module made between two
+runs, ``down`` leaves none of the cluster's processes alive, the idle timeout stops it by itself, and a
+stale record (its keeper killed) falls back to the embedded start.
+
+Each test gets its own HOME and TMPDIR (so its own private dir, record and Ray token): a warm cluster
+started here is never seen by other tests or by anything else on the machine, and a fixture always
+stops it by the pids recorded. Waits are on events, with generous bounds, never on speed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+SRC = [str(Path(__file__).resolve().parents[1] / "src")]
+
+JOB = textwrap.dedent('''
+    import json, sys
+    import ray
+    import trainkit
+    from trainkit._internal.cluster import ray_runtime
+
+    def train_fn():
+        import usermod
+        trainkit.report({"value": usermod.VALUE})
+
+    result = trainkit.DataParallelTrainer(
+        train_fn, scaling_config=trainkit.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+        run_config=trainkit.RunConfig(name=sys.argv[2], storage_path=sys.argv[1])).fit()
+    print("RESULT " + json.dumps({"value": result.metrics["value"], "warm_address": ray_runtime.warm_address(),
+                                  "embedded": ray_runtime.embedded_node() is not None,
+                                  "gcs_address": ray.get_runtime_context().gcs_address}), flush=True)
+''')
+
+
+@pytest.fixture
+def warm_env(tmp_path_factory):
+    """A private HOME and TMPDIR (short: Ray's socket paths live under it); stops whatever warm
+    cluster a test started there, by the pids its record names, and checks none is left."""
+    home = tmp_path_factory.mktemp("home")
+    tmp = Path(tempfile.mkdtemp(prefix="tkw", dir="/tmp"))
+    code = tmp_path_factory.mktemp("code")
+    env = {**os.environ, "HOME": str(home), "TMPDIR": str(tmp), "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(SRC + [str(code)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    for name in ("RAY_ADDRESS", "TRAINKIT_WARM", "RAY_AUTH_MODE", "TRAINKIT_WARM_KEEPER"):
+        env.pop(name, None)
+    ctx = {"env": env, "tmp": tmp, "code": code, "private": tmp / f"trainkit-{os.getuid()}"}
+    yield ctx
+    record = _record(ctx)
+    subprocess.run([sys.executable, "-m", "trainkit.cli", "down"], env=env, timeout=120, capture_output=True)
+    if record is not None:  # down by pid, whatever the test did
+        for pid in [record["keeper_pid"], *map(int, record["pids"])]:
+            try:
+                psutil.Process(pid).kill()
+            except psutil.Error:
+                pass
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _record(ctx) -> dict | None:
+    try:
+        return json.loads((ctx["private"] / "warm.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _cli(ctx, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trainkit.cli", *args], env=ctx["env"], timeout=timeout,
+                          capture_output=True, text=True)
+
+
+def _fit(ctx, value: int, name: str) -> dict:
+    (ctx["code"] / "usermod.py").write_text(f"VALUE = {value}\n")
+    script = ctx["code"] / "job.py"
+    script.write_text(JOB)
+    done = subprocess.run([sys.executable, str(script), str(ctx["tmp"] / "runs"), name], env=ctx["env"],
+                          timeout=300, capture_output=True, text=True, cwd=ctx["code"])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+def _tree(record: dict) -> list[psutil.Process]:
+    """The keeper, the cluster's processes and everything under them, as psutil processes."""
+    found = []
+    for pid in [record["keeper_pid"], *map(int, record["pids"])]:
+        try:
+            proc = psutil.Process(pid)
+            found += [proc, *proc.children(recursive=True)]
+        except psutil.Error:
+            pass
+    return found
+
+
+def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+    return [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_up_fit_attaches_sees_edits_and_down_leaves_nothing(warm_env):
+    up = _cli(warm_env, "up", "--idle-timeout", "0", "--prewarm", "none", "--json")
+    assert up.returncode == 0, up.stderr
+    record = json.loads(up.stdout)
+    assert record["address"].startswith("127.0.0.1:") and record["started_now"]
+    assert (warm_env["private"] / "warm.json").stat().st_mode & 0o777 == 0o600
+    assert warm_env["private"].stat().st_mode & 0o777 == 0o700
+    again = json.loads(_cli(warm_env, "up", "--json").stdout)  # idempotent: the same cluster
+    assert again["keeper_pid"] == record["keeper_pid"] and not again["started_now"]
+
+    first = _fit(warm_env, 1, "first")
+    assert first["value"] == 1
+    assert first["warm_address"] == record["address"] == first["gcs_address"]  # attached, no Ray start of its own
+    assert not first["embedded"]
+    second = _fit(warm_env, 2, "second")  # the user's module edited between the runs
+    assert second["value"] == 2 and second["warm_address"] == record["address"]
+
+    procs = _tree(record)
+    assert len(procs) >= 3  # keeper, GCS, raylet at least
+    down = _cli(warm_env, "down")
+    assert down.returncode == 0 and "stopped" in down.stdout, down.stderr
+    assert _wait_gone(procs, 30) == []
+    assert not (warm_env["private"] / "warm.json").exists()
+    assert "no warm cluster" in _cli(warm_env, "down").stdout
+
+
+def test_idle_timeout_stops_it(warm_env):
+    up = _cli(warm_env, "up", "--idle-timeout", "3s", "--prewarm", "none", "--json")
+    assert up.returncode == 0, up.stderr
+    record = json.loads(up.stdout)
+    procs = _tree(record)
+    keeper = psutil.Process(record["keeper_pid"])
+    keeper.wait(timeout=120)  # stops by itself, no driver having used it
+    assert _wait_gone(procs, 30) == []
+    assert not (warm_env["private"] / "warm.json").exists()
+    assert "idle for 3 s" in (warm_env["private"] / "warm.log").read_text()
+
+
+def test_stale_record_falls_back_to_the_embedded_start(warm_env):
+    up = _cli(warm_env, "up", "--idle-timeout", "0", "--prewarm", "none", "--json")
+    assert up.returncode == 0, up.stderr
+    record = json.loads(up.stdout)
+    procs = _tree(record)
+    os.kill(record["keeper_pid"], signal.SIGKILL)  # its watchdog reaps the cluster; the record stays
+    assert _wait_gone(procs, 60) == []
+    assert (warm_env["private"] / "warm.json").exists()
+    result = _fit(warm_env, 3, "stale")
+    assert result["value"] == 3 and result["warm_address"] is None and result["embedded"]
+    assert not (warm_env["private"] / "warm.json").exists()  # the stale record was removed
+
+
+def test_parse_duration():
+    from trainkit._internal.cluster.warm import parse_duration
+
+    assert parse_duration("90") == 90 and parse_duration("30m") == 1800 and parse_duration("2h") == 7200
+    assert parse_duration("0") == 0 and parse_duration("never") == 0
+    with pytest.raises(ValueError):
+        parse_duration("soon")
