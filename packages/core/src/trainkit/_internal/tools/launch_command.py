@@ -39,8 +39,9 @@ _UNSUPPORTED = ("event_log_handler", "logs_specs", "numa_binding", "duplicate_st
 LOG_DIR_DEFAULT = os.path.join(tempfile.gettempdir(), "trainkit-launch-logs")  # -r/-t without --log-dir
 
 
-class UsageError(Exception):
-    """A bad command line: the message names the flag as it was spelled; exit status 2."""
+class UsageError(SystemExit):
+    """A bad command line, which ends the command (exit status 2, by `main`): the message names the
+    flag as it was spelled. Never raised to a user's code: `trainkit launch` only."""
 
 
 class _Store(argparse.Action):
