@@ -154,6 +154,9 @@ class BackendConformance:
     backend_config: ClassVar[BackendConfig]
     framework_modules: ClassVar[tuple[str, ...]] = ()
     num_workers: ClassVar[int] = 2
+    #: ``shard(rows) -> rows``: the rows of ``rows`` this rank trains on, through the plugin's data
+    #: helper (a sampler, a loader; in the training function). None: the data probes skip.
+    shard: ClassVar[Callable[[list], list] | None] = None
 
     @staticmethod
     def framework_rank() -> int:
@@ -275,6 +278,14 @@ class BackendConformance:
                 f"{label} dropped the user's config: built with {arg}={config!r}, its backend's on_start got "
                 f"{got!r}, another {type(got).__name__} (the Trainer must pass on the config it was given)")
 
+    def test_ranks_on_two_nodes(self, tmp_path) -> None:
+        """The plugin's training with its ranks on two nodes whose addresses differ (127.0.0.2 and
+        127.0.0.3, simulated on this machine in a driver of its own): ranks and the all-gather as on
+        one node, no two ranks on different nodes talk through 127.0.0.1, and the data helper
+        (``shard``) gives the ranks disjoint rows that cover the dataset."""
+        out = _run_probe("multinode", self, tmp_path)
+        _check_two_nodes(out, self.num_workers, type(self).__name__, type(self).shard is not None)
+
     @_LOCAL_GUARDS
     def test_local_mode(self, run_config) -> None:
         entry, collect = _entry_for(type(self.backend_config)), _Collect()
@@ -282,6 +293,96 @@ class BackendConformance:
                          run_config=run_config(callbacks=[collect])).fit()
         assert collect.reports == [[{"world_rank": 0, "world_size": 1}]], collect.reports
         assert not type(self).is_initialized(), "is_initialized() is still true in the driver after local mode ended"
+
+
+_LOOPBACK_HINT = ("127.0.0.1 is each host's own loopback: on two hosts the rank dialing it reaches its own host, "
+                  "not the other rank's. Take the address from worker_group.free_address(rank) or "
+                  "worker_group.rendezvous() (rank 0's node address), never a fixed 127.0.0.1/localhost")
+
+
+def _run_probe(probe: str, suite: Any, tmp_path: Any, timeout_s: float = 300) -> dict:
+    """``trainkit.testing._probes`` in a driver process of its own; its results."""
+    from ray import cloudpickle
+
+    spec, out = tmp_path / f"{probe}.spec", tmp_path / f"{probe}.json"
+    with open(spec, "wb") as f:
+        cloudpickle.dump({"probe": probe, "suite": suite, "storage": str(tmp_path / "storage")}, f)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = subprocesses.run([sys.executable, "-m", "trainkit.testing._probes", str(spec), str(out)],
+                            capture_output=True, text=True, timeout=timeout_s, env=env)
+    if not out.exists():
+        raise AssertionError(f"the {probe} probe's driver ended (status {done.returncode}) without results:\n"
+                             f"{done.stderr[-3000:]}")
+    return json.loads(out.read_text())
+
+
+def _cross_node_loopback(snapshots: list[dict], ray_servers: list[list]) -> list[str]:
+    """Connections a rank dialed through 127.0.0.1 to a rank on another node, in words. Servers the
+    workers ran before ``Backend.on_start`` (Ray's own, ``ray_servers``: [pid, port]) aside."""
+    by_end = {}  # (local ip, port, remote ip, port) -> (rank, node ip, pid)
+    servers = set()  # (pid, port) of every listening socket
+    for snap in snapshots:
+        servers.update(tuple(server) for server in snap.get("listening", []))
+        for pid, lip, lport, rip, rport in snap["connections"]:
+            by_end[(lip, lport, rip, rport)] = (snap["world_rank"], snap["node_ip"], pid)
+    servers -= {tuple(server) for server in ray_servers}
+    found = set()
+    for snap in snapshots:
+        for pid, lip, lport, rip, rport in snap["connections"]:
+            peer = by_end.get((rip, rport, lip, lport))
+            dialed = rip.removeprefix("::ffff:")
+            if (peer and (peer[2], rport) in servers and peer[1] != snap["node_ip"]
+                    and (dialed.startswith("127.0.0.1") or dialed == "::1")):
+                found.add(f"rank {snap['world_rank']} (node {snap['node_ip']}) reached rank {peer[0]} "
+                          f"(node {peer[1]}) at {dialed}:{rport}")
+    return sorted(found)
+
+
+def _check_two_nodes(out: dict, n: int, suite: str, has_shard: bool) -> None:
+    where = "with its ranks on two nodes (127.0.0.2 and 127.0.0.3, simulated on this machine)"
+    loopback = _cross_node_loopback(out.get("after_on_start", []) + (out.get("reports") or [[]])[-1],
+                                    out.get("listening_before", []))
+    assert not loopback, f"{suite}: {where}, ranks talk across nodes through 127.0.0.1: {'; '.join(loopback)}. " \
+                         + _LOOPBACK_HINT
+    assert "error" not in out, (f"{suite}: the run failed {where}: {out['error']}. A rendezvous address fixed to "
+                                f"127.0.0.1/localhost, or a socket bound to loopback only, breaks on two hosts: "
+                                f"take rank 0's node address from worker_group.free_address(0) or rendezvous()")
+    reports = out.get("reports") or []
+    assert len(reports) == 1, f"{suite}: {where}, {len(reports)} reports reached the driver, expected 1"
+    metrics = reports[0]
+    assert len(metrics) == n, f"{suite}: {where}, {len(metrics)} rank(s) reported, expected {n}"
+    assert len({m["node_ip"] for m in metrics}) == 2, f"{suite}: the ranks did not span two nodes: {metrics}"
+    for rank, m in enumerate(metrics):
+        assert m["framework_rank"] == rank, (
+            f"{suite}: {where}, on trainkit rank {rank} (node rank {m['node_rank']}, local rank {m['local_rank']}) "
+            f"framework_rank() returned {m['framework_rank']}: the framework rank must be the global rank "
+            "(trainkit.get_context().get_world_rank()), not the local one")
+        assert m["gathered"] == [float(r) for r in range(n)], (
+            f"{suite}: {where}, on rank {rank} all_gather(rank) returned {m['gathered']}, expected "
+            f"{[float(r) for r in range(n)]}")
+    if has_shard:
+        _check_shards({m["world_rank"]: m for m in metrics}, f"{suite}: {where}, the data helper (shard)")
+
+
+def _check_shards(by_rank: dict[int, dict], label: str) -> None:
+    """Each rank's ``rows`` (of ``_probes.SHARD_ROWS``): pairwise disjoint and together every row."""
+    from trainkit.testing._probes import SHARD_ROWS
+
+    ranks = sorted(by_rank)
+    for i, a in enumerate(ranks):
+        for b in ranks[i + 1:]:
+            same = sorted(set(by_rank[a]["rows"]) & set(by_rank[b]["rows"]))
+            if same:
+                ma, mb = by_rank[a], by_rank[b]
+                raise AssertionError(
+                    f"{label} gave rank {a} (node rank {ma.get('node_rank')}, local rank {ma.get('local_rank')}) and "
+                    f"rank {b} (node rank {mb.get('node_rank')}, local rank {mb.get('local_rank')}) the same rows "
+                    f"{same} of {SHARD_ROWS}: shard by the global rank and world size "
+                    "(trainkit.get_context().get_world_rank(), get_world_size()), not the local rank or node")
+    covered = set().union(*(set(m["rows"]) for m in by_rank.values()))
+    missing = sorted(set(range(SHARD_ROWS)) - covered)
+    assert not missing, (f"{label}: no rank got rows {missing} of {SHARD_ROWS} (shards by rank: "
+                         f"{ {r: by_rank[r]['rows'] for r in ranks} }): the shards must cover the dataset")
 
 
 _MARK = "_trainkit_conformance_mark"
