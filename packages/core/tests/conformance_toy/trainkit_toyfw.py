@@ -138,6 +138,30 @@ class DropsConfigTrainer(DataParallelTrainer):
         super().__init__(train_loop_per_worker, **kwargs)
 
 
+class OwnKeywordConfig(ToyConfig):
+    pass
+
+
+class OwnKeywordTrainer(DataParallelTrainer):
+    def __init__(self, train_loop_per_worker, *, toy_config: OwnKeywordConfig | None = None, **kwargs):
+        kwargs.setdefault("backend_config", OwnKeywordConfig())  # the mistake: toy_config is never used
+        super().__init__(train_loop_per_worker, **kwargs)
+
+
+class OwnRunConfigConfig(ToyConfig):
+    pass
+
+
+class OwnRunConfigTrainer(DataParallelTrainer):
+    def __init__(self, train_loop_per_worker, **kwargs):
+        kwargs.setdefault("backend_config", OwnRunConfigConfig())
+        given = kwargs.get("run_config") or trainkit.RunConfig()
+        # the mistake: a RunConfig of its own, keeping a few fields: the user's FailureConfig is lost
+        kwargs["run_config"] = trainkit.RunConfig(name=given.name, storage_path=given.storage_path,
+                                                  callbacks=given.callbacks, verbose=0)
+        super().__init__(train_loop_per_worker, **kwargs)
+
+
 class ToyCheckpointIO(trainkit.CheckpointIO):
     def save(self, state, directory):
         with open(os.path.join(directory, "state.json"), "w") as f:
@@ -163,4 +187,6 @@ def trainkit_register_backends(registry) -> None:
     registry.register("toy_broken_trainer", BrokenTrainerConfig, BrokenTrainer)
     registry.register("toy_drops_config", DropsConfigConfig, DropsConfigTrainer)
     registry.register("toy_loopback", LoopbackConfig)
+    registry.register("toy_own_keyword", OwnKeywordConfig, OwnKeywordTrainer)
+    registry.register("toy_own_run_config", OwnRunConfigConfig, OwnRunConfigTrainer)
     registry.register("toy_fixed_port", FixedPortConfig)

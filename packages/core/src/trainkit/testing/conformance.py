@@ -93,6 +93,31 @@ def _failing_fn(config: dict) -> None:
     trainkit.report({"rank": rank})
 
 
+def _fails_once_fn(config: dict) -> None:
+    ctx = trainkit.get_context()
+    config["all_gather"](1.0)
+    if ctx.get_attempt() == 0 and ctx.get_world_rank() == 0:
+        raise RuntimeError("conformance: the first attempt fails on purpose")
+    trainkit.report({"attempt": ctx.get_attempt()})
+
+
+_STANDARD_CONFIGS = {"train_loop_config", "backend_config", "scaling_config", "run_config", "dataset_config",
+                     "validation_config"}
+
+
+def _config_keyword(trainer_cls: type) -> str | None:
+    """The keyword a plugin's Trainer takes its own config by: its ``config_arg``, else the one
+    ``*_config`` parameter of its ``__init__`` that is not a standard one (``paddle_config=``)."""
+    if getattr(trainer_cls, "config_arg", None):
+        return trainer_cls.config_arg
+    try:
+        parameters = inspect.signature(trainer_cls.__init__).parameters
+    except (TypeError, ValueError):
+        return None
+    own = [name for name in parameters if name.endswith("_config") and name not in _STANDARD_CONFIGS]
+    return own[0] if len(own) == 1 else None
+
+
 def _local_fn(config: dict) -> None:
     ctx = trainkit.get_context()
     trainkit.report({"world_rank": ctx.get_world_rank(), "world_size": ctx.get_world_size()})
@@ -256,7 +281,7 @@ class BackendConformance:
         by_name = functools.partial(trainkit.Trainer, backend=entry.name)
         trainers = [(f"trainkit.Trainer(fn, backend={entry.name!r})", by_name, "backend_config")]
         if entry.trainer_cls is not None:
-            label, arg = f"the registered {entry.trainer_cls.__qualname__}", entry.trainer_cls.config_arg
+            label, arg = f"the registered {entry.trainer_cls.__qualname__}", _config_keyword(entry.trainer_cls)
             trainers += [(label, entry.trainer_cls, None), (label, entry.trainer_cls, arg or "backend_config")]
         received = _record_on_start(self.backend_config.backend_cls, monkeypatch)
         for label, trainer_cls, arg in trainers:
@@ -277,6 +302,31 @@ class BackendConformance:
             assert not arg or getattr(got, _MARK, None) == mark, (
                 f"{label} dropped the user's config: built with {arg}={config!r}, its backend's on_start got "
                 f"{got!r}, another {type(got).__name__} (the Trainer must pass on the config it was given)")
+
+    @_GUARDS
+    def test_registered_trainer_keeps_the_users_run_config(self, run_config) -> None:
+        """The registered Trainer runs with the user's ``RunConfig``: with ``FailureConfig(max_failures=1)``
+        a training function that fails on its first attempt is retried and the run succeeds, under
+        the user's run name."""
+        entry = _entry_for(type(self.backend_config))
+        if entry.trainer_cls is None:
+            pytest.skip(f"the plugin registers no Trainer of its own for {type(self.backend_config).__name__}")
+        label, collect = f"the registered {entry.trainer_cls.__qualname__}", _Collect()
+        rc = run_config(failure_config=trainkit.FailureConfig(max_failures=1), callbacks=[collect])
+        trainer = entry.trainer_cls(_fails_once_fn, train_loop_config=self._config(),
+                                    scaling_config=ScalingConfig(num_workers=self.num_workers), run_config=rc)
+        try:
+            result = trainer.fit()
+        except TrainingFailedError as exc:
+            raise AssertionError(
+                f"{label} ignored the user's RunConfig: built with run_config=RunConfig(failure_config="
+                f"FailureConfig(max_failures=1)), the run failed on its first failure instead of retrying "
+                f"({exc.error_type} on rank {exc.rank}). The Trainer must pass run_config on as given, never "
+                "build a RunConfig of its own") from exc
+        assert [m["attempt"] for m in collect.reports[-1]] == [1] * self.num_workers, collect.reports
+        assert os.path.basename(os.path.normpath(str(result.path))) == rc.name, (
+            f"{label} ran as {result.path}, not as the user's run {rc.name!r} under {rc.storage_path}: "
+            "the Trainer must pass run_config on as given")
 
     def test_ranks_on_two_nodes(self, tmp_path) -> None:
         """The plugin's training with its ranks on two nodes whose addresses differ (127.0.0.2 and
