@@ -138,6 +138,61 @@ def _check_ranks(metrics: list[dict], n: int, trainer: str) -> None:
     assert all(m["local_world_size"] == n for m in metrics), metrics
 
 
+# Run as `python -c _SIDE_EFFECTS <package>`: what importing the plugin's package and loading
+# plugins (TRAINKIT_PLUGINS names this one) changed in the process, as JSON {what: [before, after]}.
+_SIDE_EFFECTS = r"""
+import json, logging, os, signal, socket, sys, threading, warnings
+import trainkit
+from trainkit._internal.plugins import get_plugins
+
+package = sys.argv[1]
+
+def loggers():
+    found = {"<root>": [logging.getLevelName(logging.root.level), [repr(h) for h in logging.root.handlers]]}
+    for name, lg in sorted(logging.root.manager.loggerDict.items()):
+        if isinstance(lg, logging.Logger) and not (name == package or name.startswith(package + ".")):
+            found[name] = [logging.getLevelName(lg.level), [repr(h) for h in lg.handlers], lg.propagate, lg.disabled]
+    return found
+
+def snapshot():
+    handlers = {}
+    for sig in sorted(signal.valid_signals()):
+        try:
+            handlers[signal.Signals(sig).name] = repr(signal.getsignal(sig))
+        except (ValueError, OSError):
+            pass
+    return {"warnings filters": [repr(f) for f in warnings.filters], "logging": loggers(),
+            "logging.disable": logging.root.manager.disable, "signal handlers": handlers,
+            "sys.excepthook": repr(sys.excepthook), "threading.excepthook": repr(threading.excepthook),
+            "socket default timeout": socket.getdefaulttimeout(), "cwd": os.getcwd(), "sys.path": list(sys.path),
+            "os.environ": dict(os.environ)}
+
+def diff(before, after):
+    if isinstance(before, dict) and isinstance(after, dict):
+        keys = sorted(before.keys() | after.keys())
+        return {k: f"{before.get(k, '<unset>')!r} -> {after.get(k, '<unset>')!r}" for k in keys
+                if before.get(k) != after.get(k)}
+    if isinstance(before, list) and isinstance(after, list):
+        added, removed = [x for x in after if x not in before], [x for x in before if x not in after]
+        return " and ".join([f"added {added}"] * bool(added) + [f"removed {removed}"] * bool(removed)) or "reordered"
+    return f"{before!r} -> {after!r}"
+
+before = snapshot()
+__import__(package)
+get_plugins()
+after = snapshot()
+changed = {}
+for what in before:
+    if before[what] != after[what]:
+        d = diff(before[what], after[what])
+        if isinstance(d, dict):
+            changed.update({f"{what}[{k}]": v for k, v in d.items()})
+        else:
+            changed[what] = d
+print(json.dumps(changed, default=repr))
+"""
+
+
 def _entry_for(config_cls: type) -> Any:
     """The registry entry of ``config_cls``; if none, why: the plugins that did not load."""
     from trainkit._internal.plugins import get_plugins
@@ -236,6 +291,25 @@ class BackendConformance:
         assert report["imported"] == [], f"importing {package} and loading plugins imported {report['imported']}"
         name = type(self.backend_config).__name__
         assert name in report["registered"], f"no loaded plugin registers {name}. {report['not_loaded']}"
+
+    def test_loading_the_plugin_changes_no_process_state(self) -> None:
+        """Importing the plugin's package and loading its entry point (as ``trainkit`` does in every
+        process) leave the process as they found it: warnings filters, logging (the root logger's
+        handlers and level, other packages' loggers), signal handlers, the excepthooks, the working
+        directory, ``sys.path`` and ``os.environ``."""
+        entry = _entry_for(type(self.backend_config))
+        package = type(self.backend_config).__module__.split(".")[0]
+        env = {**os.environ, "TRAINKIT_PLUGINS": entry.plugin}  # trainkit loads this plugin alone
+        out = subprocesses.run([sys.executable, "-c", _SIDE_EFFECTS, package], capture_output=True, text=True,
+                               timeout=120, env=env)
+        assert out.returncode == 0, out.stderr[-3000:]
+        changed = json.loads(out.stdout.strip().splitlines()[-1])
+        assert not changed, (
+            f"importing {package} and loading the plugin {entry.plugin!r} changed the process: "
+            + "; ".join(f"{what}: {detail}" for what, detail in changed.items())
+            + ". A plugin is loaded into every trainkit process, the user's included: it must leave global state "
+              "alone (set warnings filters, logging, signal handlers or environment variables in the functions "
+              "that run on the workers, scoped, e.g. warnings.catch_warnings() or BackendConfig.train_fn_context())")
 
     @_GUARDS
     def test_framework_ranks_and_collective_follow_trainkit_ranks(self, run_config) -> None:
