@@ -93,6 +93,23 @@ def _failing_fn(config: dict) -> None:
     trainkit.report({"rank": rank})
 
 
+def _concurrent_fn(config: dict) -> None:
+    """One of two runs at once: rank 0 waits (up to 120 s) until the other run is training too, or
+    failed, so that both runs' frameworks are up together; then an all-gather of run-marked values."""
+    import time
+
+    run, sync = config["run"], config["sync"]
+    if trainkit.get_context().get_world_rank() == 0:
+        open(os.path.join(sync, f"ready{run}"), "w").close()
+        other = 1 - run
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not any(
+                os.path.exists(os.path.join(sync, f"{what}{other}")) for what in ("ready", "failed")):
+            time.sleep(0.05)
+    rank = trainkit.get_context().get_world_rank()
+    trainkit.report({"gathered": [float(v) for v in config["all_gather"](float(100 * run + rank))]})
+
+
 def _fails_once_fn(config: dict) -> None:
     ctx = trainkit.get_context()
     config["all_gather"](1.0)
@@ -401,6 +418,48 @@ class BackendConformance:
         assert os.path.basename(os.path.normpath(str(result.path))) == rc.name, (
             f"{label} ran as {result.path}, not as the user's run {rc.name!r} under {rc.storage_path}: "
             "the Trainer must pass run_config on as given")
+
+    @_GUARDS
+    def test_two_runs_at_once_on_one_host(self, run_config, tmp_path) -> None:
+        """Two runs of the plugin at the same time on this machine (two fits, in two threads of this
+        driver, each on its own workers): both set up, each all-gather holds its own run's values,
+        and both succeed. A fixed port (the framework's default) or a rendezvous shared across jobs
+        fails one of them."""
+        import threading
+
+        sync, results = tmp_path / "sync", {}
+        sync.mkdir()
+
+        def fit(run: int) -> None:
+            collect = _Collect()
+            try:
+                self.trainer(_concurrent_fn, run_config(callbacks=[collect]),
+                             self._config(run=run, sync=str(sync))).fit()
+                results[run] = collect.reports
+            except Exception as exc:  # noqa: BLE001 - reported below
+                results[run] = exc
+                (sync / f"failed{run}").touch()  # the other run stops waiting for this one
+
+        threads = [threading.Thread(target=fit, args=(run,), name=f"conformance-run{run}") for run in (0, 1)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for run in (0, 1):
+            if isinstance(results[run], BaseException):
+                raise AssertionError(
+                    f"run {run} of two runs at once on one host failed: {type(results[run]).__name__}: "
+                    f"{results[run]}. Two jobs on one host must not collide: take ports from "
+                    "worker_group.free_address()/rendezvous() (never the framework's fixed default port) and key "
+                    "any rendezvous by the run (a name, file or key per run: "
+                    "trainkit.get_context().get_experiment_name())") from results[run]
+            (metrics,) = results[run]
+            expected = [float(100 * run + r) for r in range(self.num_workers)]
+            for rank, m in enumerate(metrics):
+                assert m["gathered"] == expected, (
+                    f"run {run} of two runs at once: on rank {rank} all_gather returned {m['gathered']}, expected "
+                    f"{expected} (its own run's values): the two runs' ranks met in one rendezvous; key it by the "
+                    "run (trainkit.get_context().get_experiment_name()), with a port from free_address()")
 
     def test_ranks_on_two_nodes(self, tmp_path) -> None:
         """The plugin's training with its ranks on two nodes whose addresses differ (127.0.0.2 and
