@@ -172,6 +172,34 @@ class ToyCheckpointIO(trainkit.CheckpointIO):
             return json.load(f)
 
 
+def resume(checkpoint):
+    """The resume helper: the state in ``checkpoint``."""
+    return ToyCheckpointIO().load(checkpoint)
+
+
+_last_saved: list[str] = []
+
+
+class LastSavedCheckpointIO(ToyCheckpointIO):
+    def save(self, state, directory):
+        super().save(state, directory)
+        _last_saved.append(directory)
+
+
+def resume_last_saved(checkpoint):  # the mistake: a path of its own, not the checkpoint given
+    return ToyCheckpointIO().load_from_directory(_last_saved[-1])
+
+
+def report_callback(metrics):
+    """The report callback, as the framework calls it at every step on every rank."""
+    trainkit.report(metrics)
+
+
+def rank0_report_callback(metrics):  # the mistake: the other ranks never report, so no report completes
+    if trainkit.get_context().get_world_rank() == 0:
+        trainkit.report(metrics)
+
+
 class EveryRankCheckpointIO(ToyCheckpointIO):
     def report(self, metrics, state):  # forgot: only rank 0 saves
         with tempfile.TemporaryDirectory() as tmp:

@@ -93,6 +93,12 @@ def _failing_fn(config: dict) -> None:
     trainkit.report({"rank": rank})
 
 
+def _report_callback_fn(config: dict) -> None:
+    rank = trainkit.get_context().get_world_rank()
+    for step in range(3):
+        config["report_callback"]({"loss": 1.0 / (step + 1), "rank_value": float(rank)})
+
+
 def _concurrent_fn(config: dict) -> None:
     """One of two runs at once: rank 0 waits (up to 120 s) until the other run is training too, or
     failed, so that both runs' frameworks are up together; then an all-gather of run-marked values."""
@@ -254,6 +260,10 @@ class BackendConformance:
     #: ``shard(rows) -> rows``: the rows of ``rows`` this rank trains on, through the plugin's data
     #: helper (a sampler, a loader; in the training function). None: the data probes skip.
     shard: ClassVar[Callable[[list], list] | None] = None
+    #: ``report_callback(metrics)``: report ``metrics`` (a dict of floats) through the plugin's report
+    #: callback, as the framework calls it on every rank at the end of a step (in the training
+    #: function). None: the probe skips.
+    report_callback: ClassVar[Callable[[dict], None] | None] = None
 
     @staticmethod
     def framework_rank() -> int:
@@ -418,6 +428,19 @@ class BackendConformance:
         assert os.path.basename(os.path.normpath(str(result.path))) == rc.name, (
             f"{label} ran as {result.path}, not as the user's run {rc.name!r} under {rc.storage_path}: "
             "the Trainer must pass run_config on as given")
+
+    @_GUARDS
+    def test_report_callback_reaches_the_driver_from_every_rank(self, run_config) -> None:
+        """Three steps reported through the plugin's report callback (``report_callback``) on every
+        rank reach the driver as three reports, each with every rank's metrics."""
+        if type(self).report_callback is None:
+            pytest.skip("set report_callback = staticmethod(...) to probe the plugin's report callback")
+        reports = self._fit(_report_callback_fn, run_config, report_callback=type(self).report_callback)
+        assert len(reports) == 3 and all(len(r) == self.num_workers for r in reports), (
+            f"3 steps reported through report_callback on {self.num_workers} ranks reached the driver as "
+            f"{len(reports)} report(s) (ranks per report: {[len(r) for r in reports]}): every rank must call "
+            "trainkit.report at every step (the ranks' reports are gathered into one); a callback that reports "
+            "on rank 0 alone has every report dropped. Save the checkpoint on rank 0 alone, report on every rank")
 
     @_GUARDS
     def test_two_runs_at_once_on_one_host(self, run_config, tmp_path) -> None:
@@ -643,6 +666,10 @@ class CheckpointConformance:
     then holds the same state."""
 
     checkpoint_io: ClassVar[CheckpointIO]
+    #: ``resume(checkpoint) -> state``: the state the plugin's resume helper restores from
+    #: ``checkpoint`` (a ``trainkit.Checkpoint`` written by ``checkpoint_io.save``; called in the
+    #: test process). None: the probe skips.
+    resume: ClassVar[Callable[[Checkpoint], Any] | None] = None
 
     @pytest.fixture
     def preimported_modules(self, preimported_modules: tuple[str, ...]) -> tuple[str, ...]:
@@ -709,6 +736,26 @@ class CheckpointConformance:
             raise AssertionError(f"the checkpoint {helper} committed does not hold rank 0's state: {exc}") from exc
         resumed = _fit_two(_resume_fn, config, run_config(name=rc.name, storage_path=rc.storage_path))
         assert resumed.metrics == {"resumed": 1}
+
+    def test_resume_helper_resumes_the_checkpoint_it_is_given(self, tmp_path) -> None:
+        """Two checkpoints of different states, in directories of unusual names: the resume helper
+        (``resume``) given each restores that one's state, whichever was saved last."""
+        if type(self).resume is None:
+            pytest.skip("set resume = staticmethod(...) to probe the plugin's resume helper")
+        resume, states = type(self).resume, self._states()
+        dirs = [tmp_path / "elsewhere" / f"run-{seed}" / f"checkpoint_{987 + seed:06d}" for seed in (0, 1)]
+        for directory, state in zip(dirs, states):
+            directory.mkdir(parents=True)
+            self.checkpoint_io.save(state, str(directory))
+        for seed in (0, 1):
+            try:
+                self.assert_same(resume(Checkpoint.from_directory(str(dirs[seed]))), states[seed])
+            except Exception as exc:  # noqa: BLE001 - named for the author
+                raise AssertionError(
+                    f"resume(checkpoint) given the checkpoint at {dirs[seed]} (seed {seed}; seed {1 - seed}'s at "
+                    f"{dirs[1 - seed]}) did not restore its state: {type(exc).__name__}: {exc}. A resume helper "
+                    "must read the checkpoint it is given (its checkpoint argument, else trainkit.get_checkpoint()), "
+                    "never a fixed path or the last one it saved") from exc
 
     @_GUARDS
     def test_altered_file_is_refused(self, run_config, tmp_path) -> None:
