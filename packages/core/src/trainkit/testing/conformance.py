@@ -216,6 +216,62 @@ print(json.dumps(changed, default=repr))
 """
 
 
+def _normalize(name: str) -> str:
+    import re
+
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _plugin_distribution(entry: Any) -> tuple[Any, str | None]:
+    """The distribution that installs ``entry``'s plugin, and the plugin's ``FRAMEWORK``."""
+    import importlib
+    import importlib.metadata as md
+
+    ep = next((ep for ep in md.entry_points(group="trainkit.plugins") if ep.name == entry.plugin), None)
+    assert ep is not None and getattr(ep, "dist", None) is not None, (
+        f"no installed distribution has the entry point {entry.plugin!r} in the group trainkit.plugins")
+    module = importlib.import_module(ep.value.split(":")[0])
+    return ep.dist, getattr(module, "FRAMEWORK", None)
+
+
+def _requirements(dist: Any) -> list:
+    """The distribution's requirements that apply here without extras."""
+    from packaging.requirements import Requirement
+
+    reqs = [Requirement(r) for r in dist.requires or []]
+    return [r for r in reqs if r.marker is None or r.marker.evaluate({"extra": ""})]
+
+
+_UNREACHABLE = ("Could not fetch URL", "NewConnectionError", "Failed to establish a new connection",
+                "Temporary failure in name resolution", "Max retries exceeded", "Network is unreachable",
+                "ConnectTimeoutError", "ReadTimeoutError")
+
+
+def _index_versions(name: str) -> list[str]:
+    """The releases of ``name`` pip finds for this interpreter and platform on its configured index
+    (newest first; [] when none); skips the test when pip or the index cannot be reached."""
+    import re
+    import subprocess
+
+    try:
+        done = subprocesses.run([sys.executable, "-m", "pip", "index", "versions", name, "--pre",
+                                 "--disable-pip-version-check", "--timeout", "15", "--retries", "1"],
+                                capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.skip(f"pip index versions {name} took over 120 s: the package index is unreachable")
+    text = done.stdout + done.stderr
+    if "No module named pip" in text or "unknown command" in text.lower():
+        pytest.skip(f"pip (with `pip index`) is not installed in this environment: {text.strip()[-200:]}")
+    if any(sign in text for sign in _UNREACHABLE):
+        pytest.skip(f"the package index is unreachable (offline?): {text.strip()[-300:]}")
+    if done.returncode != 0:
+        if "No matching distribution found" in text:
+            return []
+        raise AssertionError(f"pip index versions {name} failed: {text.strip()[-1000:]}")
+    found = re.search(r"Available versions: (.*)", text)
+    return [v.strip() for v in found.group(1).split(",")] if found else []
+
+
 def _entry_for(config_cls: type) -> Any:
     """The registry entry of ``config_cls``; if none, why: the plugins that did not load."""
     from trainkit._internal.plugins import get_plugins
@@ -337,6 +393,42 @@ class BackendConformance:
             + ". A plugin is loaded into every trainkit process, the user's included: it must leave global state "
               "alone (set warnings filters, logging, signal handlers or environment variables in the functions "
               "that run on the workers, scoped, e.g. warnings.catch_warnings() or BackendConfig.train_fn_context())")
+
+    def test_framework_is_declared_with_a_lower_bound(self) -> None:
+        """The plugin's distribution requires its framework (``FRAMEWORK`` in the entry point's
+        module), unconditionally and with a lower bound (the oldest release the plugin supports)."""
+        entry = _entry_for(type(self.backend_config))
+        dist, framework = _plugin_distribution(entry)
+        if framework is None or _normalize(framework) == _normalize(dist.metadata["Name"]):
+            pytest.skip(f"the plugin {entry.plugin!r} names no framework distribution of its own (FRAMEWORK)")
+        reqs = [r for r in _requirements(dist) if _normalize(r.name) == _normalize(framework)]
+        name = f"{dist.metadata['Name']} {dist.version}"
+        assert reqs, (f"{name} does not require its framework {framework!r} (FRAMEWORK), or only under an extra or "
+                      f"a marker: declare it in [project] dependencies with the oldest release it supports, e.g. "
+                      f"'{framework}>=X.Y'")
+        assert any(spec.operator in (">=", ">", "~=", "==", "===") for r in reqs for spec in r.specifier), (
+            f"{name} requires {', '.join(map(str, reqs))} without a lower bound: an old {framework} the plugin "
+            f"never ran with would be accepted. Declare the oldest supported release, e.g. '{framework}>=X.Y'")
+
+    def test_declared_requirements_resolve_on_this_platform(self) -> None:
+        """Each requirement of the plugin's distribution (but trainkit's own) has a release on the
+        package index pip is configured with, for this Python and platform, within its bounds
+        (``pip index versions``; skipped when pip or the index cannot be reached)."""
+        entry = _entry_for(type(self.backend_config))
+        dist, _ = _plugin_distribution(entry)
+        reqs = [r for r in _requirements(dist) if not _normalize(r.name).startswith("trainkit")]
+        if not reqs:
+            pytest.skip(f"{dist.metadata['Name']} declares no requirement to resolve (trainkit's own aside)")
+        for req in reqs:
+            versions = _index_versions(req.name)
+            matching = [v for v in versions if req.specifier.contains(v, prereleases=True)]
+            assert matching, (
+                f"{dist.metadata['Name']} requires {req}, but the package index has "
+                + (f"no release of {req.name} for this Python and platform" if not versions
+                   else f"only {req.name} {', '.join(versions[:8])} here, none within {req.specifier}")
+                + f" ({sys.platform}, Python {sys.version_info.major}.{sys.version_info.minor}): a user here could "
+                  "not install the plugin. Depend on a distribution that exists for every platform you support, "
+                  "or mark the requirement for the platforms it has (e.g. '; sys_platform == \"linux\"')")
 
     @_GUARDS
     def test_framework_ranks_and_collective_follow_trainkit_ranks(self, run_config) -> None:
