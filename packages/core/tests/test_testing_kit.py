@@ -268,7 +268,8 @@ def test_backend_conformance_fails_each_seeded_mistake_and_passes_the_correct_pl
     for case in ElementTree.parse(report).iter("testcase"):
         problem = next((case.find(tag) for tag in ("failure", "error", "skipped") if case.find(tag) is not None), None)
         key = f"{case.get('classname').rsplit('.', 1)[-1]}.{case.get('name')}"
-        outcomes[key] = outcomes.get(key, "") + ("" if problem is None else f" {problem.tag}: {problem.get('message')}")
+        outcomes[key] = outcomes.get(key, "") + ("" if problem is None else
+                                                 f" {problem.tag}: {problem.get('message')} {problem.text or ''}")
     passed = sorted(k for k, v in outcomes.items() if not v)
     assert passed == [f"TestToy.test_{name}" for name in (
         "failure_on_one_rank_surfaces_with_its_rank", "framework_ranks_and_collective_follow_trainkit_ranks",

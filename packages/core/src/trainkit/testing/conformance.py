@@ -305,9 +305,22 @@ class BackendConformance:
     arrives in rank order on every rank; a failure on one rank surfaces with its rank;
     ``on_shutdown`` leaves ``is_initialized()`` false on every worker and a second group sets up
     again; the Trainer the plugin registers, ``trainkit.Trainer(fn, backend=<name>)`` and local mode
-    (``num_workers=0``) all fit. Every test also fails when it leaves environment variables,
-    threads or processes behind in the driver. Override ``trainer`` if the plugin's trainer needs
-    more than a backend config.
+    (``num_workers=0``) all fit. Then what breaks only beyond one test process (issue 45): ranks
+    on two simulated nodes at 127.0.0.2 and 127.0.0.3 (no rank reaches the other node's through
+    127.0.0.1; ``shard`` gives disjoint rows covering the data), two runs at once on one host, the
+    registered Trainer keeping the user's ``RunConfig`` (a ``FailureConfig(max_failures=1)`` retry)
+    and its own ``*_config`` keyword, every rank's report through ``report_callback`` reaching the
+    driver, loading the plugin leaving the process's global state alone, and the framework declared
+    with a lower bound and resolvable on the package index. Every test also fails when it leaves
+    environment variables, threads or processes behind in the driver. Override ``trainer`` if the
+    plugin's trainer needs more than a backend config.
+
+    Optional hooks (staticmethods; each probe skips, saying so, when its hook is not set):
+
+    ``shard(rows) -> list``         the rows of ``rows`` this rank trains on, through the plugin's
+                                    data helper (in the training function)
+    ``report_callback(metrics)``    reports ``metrics`` through the plugin's report callback, as the
+                                    framework calls it on every rank at a step's end
     """
 
     backend_config: ClassVar[BackendConfig]
