@@ -7,13 +7,17 @@ are 127.0.0.2 and 127.0.0.3 (every address of 127.0.0.0/8 is this machine's loop
 driver's head node, 127.0.0.1, runs no rank). Each rank reports its ranks, its node's address, what
 the framework says, the rows the plugin's data helper gives it, and the TCP connections its process
 (and its children) hold, after ``Backend.on_start`` and in the training function: two ranks on
-different nodes that talk through 127.0.0.1 would each reach their own host on two machines.
+different nodes that talk through 127.0.0.1 would each reach their own host on two machines. Where
+this machine's hostname resolves to 127.0.0.1, a framework's own default bind address (gloo binds the
+hostname's) is 127.0.0.1 too, although on real hosts it is not: then only the ports the worker group
+handed the backend (``free_address``, ``free_ports``, ``rendezvous``) are judged.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 from typing import Any
 
@@ -83,6 +87,31 @@ def multinode_fn(config: dict) -> None:
     trainkit.report(metrics)
 
 
+def _record_handed_ports(ports: list) -> None:
+    """Every port the worker group hands the backend (free_address, free_ports, rendezvous) goes to ``ports``."""
+    from trainkit._internal.worker.worker_group import WorkerGroup
+
+    free_address, free_ports, rendezvous = WorkerGroup.free_address, WorkerGroup.free_ports, WorkerGroup.rendezvous
+
+    def recorded_free_address(self, rank: int = 0):
+        host, port = free_address(self, rank)
+        ports.append(port)
+        return host, port
+
+    def recorded_free_ports(self, count: int = 1):
+        offers = free_ports(self, count)
+        ports.extend(port for _, offered in offers for port in offered)
+        return offers
+
+    def recorded_rendezvous(self, listen: bool = False):
+        ranks = rendezvous(self, listen)
+        ports.extend(r.master_port for r in ranks[:1])
+        return ranks
+
+    WorkerGroup.free_address, WorkerGroup.free_ports = recorded_free_address, recorded_free_ports
+    WorkerGroup.rendezvous = recorded_rendezvous
+
+
 def _multinode(suite: Any, out: dict) -> None:
     import ray
     from ray.cluster_utils import Cluster
@@ -99,6 +128,11 @@ def _multinode(suite: Any, out: dict) -> None:
         out["after_on_start"] = worker_group.execute(_where)
 
     backend_cls.on_start = probed_on_start
+    _record_handed_ports(out.setdefault("handed_ports", []))
+    try:  # where this machine's hostname resolves: a framework's default bind address (gloo's)
+        out["hostname_address"] = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        out["hostname_address"] = None
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "node_ip_address": "127.0.0.1"})
     try:
         for ip in NODE_IPS:  # PACK fills 127.0.0.2 first: rank 0 is there, the driver's node holds none
