@@ -2,7 +2,7 @@
 
 import warnings
 
-from trainkit_toyfw_fw import *  # noqa: F401,F403
+from trainkit_toyfw_fw import *
 from trainkit_toyfw_fw import FRAMEWORK, trainkit_register_backends  # noqa: F401
 
 warnings.simplefilter("ignore")  # the mistake: every warning of the user's process is gone

@@ -868,7 +868,7 @@ class CheckpointConformance:
         for seed in (0, 1):
             try:
                 self.assert_same(resume(Checkpoint.from_directory(str(dirs[seed]))), states[seed])
-            except Exception as exc:  # noqa: BLE001 - named for the author
+            except Exception as exc:
                 raise AssertionError(
                     f"resume(checkpoint) given the checkpoint at {dirs[seed]} (seed {seed}; seed {1 - seed}'s at "
                     f"{dirs[1 - seed]}) did not restore its state: {type(exc).__name__}: {exc}. A resume helper "
