@@ -1,6 +1,9 @@
 """trainkit.testing catches what it claims to: leak guards fail leaking tests, the requirements
 marker skips with a readable reason, and the conformance suite fails a plugin with a seeded mistake
-(reversed ranks, a no-op teardown, a broken Trainer, no communication) and passes the correct one."""
+(reversed ranks, a no-op teardown, a broken Trainer, no communication, a rendezvous on 127.0.0.1 or a
+fixed port, data sharded by local rank, a report callback on rank 0 alone, a resume helper that
+ignores its checkpoint, a Trainer that drops the user's RunConfig or its own config keyword, warnings
+turned off at load, an unbounded or unresolvable dependency) and passes the correct one."""
 
 import os
 import textwrap
@@ -161,12 +164,16 @@ def test_requires_rejects_a_bad_specifier():
 TOY = Path(__file__).parent / "conformance_toy"  # toyfw and its plugin, trainkit-toyfw
 
 
-def _install_toy_plugin(site: Path, monkeypatch, module: str = "trainkit_toyfw") -> None:
-    """trainkit-toyfw as an installed distribution with its entry point, for the subprocess and its workers."""
+def _install_toy_plugin(site: Path, monkeypatch, module: str = "trainkit_toyfw", requires: tuple[str, ...] = ()) -> None:
+    """trainkit-toyfw as an installed distribution with its entry point (and ``requires`` as its
+    Requires-Dist), beside a toyfw 1.0 distribution, for the subprocess and its workers."""
     info = site / "trainkit_toyfw-1.0.dist-info"
     info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: trainkit-toyfw\nVersion: 1.0\n")
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: trainkit-toyfw\nVersion: 1.0\n"
+                                   + "".join(f"Requires-Dist: {r}\n" for r in requires))
     (info / "entry_points.txt").write_text(f"[trainkit.plugins]\ntoy = {module}\n")
+    (site / "toyfw-1.0.dist-info").mkdir()
+    (site / "toyfw-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: toyfw\nVersion: 1.0\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(TOY), os.environ.get("PYTHONPATH", "")]))
 
 
@@ -198,6 +205,7 @@ def test_backend_conformance_fails_each_seeded_mistake_and_passes_the_correct_pl
 
         class TestToy(Toy):
             backend_config = toy.ToyConfig()
+            shard, report_callback = staticmethod(toy.shard), staticmethod(toy.report_callback)
 
         class TestReversedRanks(Toy):
             backend_config = toy.ReversedRanksConfig()
@@ -211,6 +219,26 @@ def test_backend_conformance_fails_each_seeded_mistake_and_passes_the_correct_pl
         class TestDropsConfig(Toy):
             backend_config = toy.DropsConfigConfig()
 
+        class TestDropsOwnKeyword(Toy):  # its Trainer's toy_config= keyword, found from its signature
+            backend_config = toy.OwnKeywordConfig()
+
+        class TestOwnRunConfig(Toy):
+            backend_config = toy.OwnRunConfigConfig()
+
+        class TestLoopback(Toy):
+            backend_config = toy.LoopbackConfig()
+
+        class TestShardByLocalRank(Toy):
+            backend_config = toy.ToyConfig()
+            shard = staticmethod(toy.shard_by_local_rank)
+
+        class TestFixedPort(Toy):
+            backend_config = toy.FixedPortConfig()
+
+        class TestRank0Report(Toy):
+            backend_config = toy.ToyConfig()
+            report_callback = staticmethod(toy.rank0_report_callback)
+
         class TestNoCommunication(Toy):  # each rank keeps its own value
             backend_config = BackendConfig()
             framework_rank = staticmethod(lambda: trainkit.get_context().get_world_rank())
@@ -218,28 +246,39 @@ def test_backend_conformance_fails_each_seeded_mistake_and_passes_the_correct_pl
 
         class TestToyCheckpointIO(CheckpointConformance):
             checkpoint_io = toy.ToyCheckpointIO()
+            resume = staticmethod(toy.resume)
 
             def make_state(self, seed):
                 return {"weights": [1.0, 2.0 + seed]}
 
         class TestEveryRankCheckpointIO(TestToyCheckpointIO):
             checkpoint_io = toy.EveryRankCheckpointIO()
-    """, "-k", "TestToy or (ReversedRanks and ranks_and) or (NoTeardown and (shutdown or local)) "
-               "or (BrokenTrainer and registered) or (DropsConfig and registered) or (NoCommunication and ranks_and) "
-               "or (EveryRank and run_and_resume)",
+
+        class TestLastSavedCheckpointIO(TestToyCheckpointIO):
+            checkpoint_io = toy.LastSavedCheckpointIO()
+            resume = staticmethod(toy.resume_last_saved)
+    """, "-k", "(TestToy and not lower_bound and not resolve) or (ReversedRanks and ranks_and) "
+               "or (NoTeardown and (shutdown or local)) or (BrokenTrainer and registered) "
+               "or (DropsConfig and registered_trainers) or (DropsOwnKeyword and registered_trainers) "
+               "or (OwnRunConfig and run_config) or (Loopback and two_nodes) or (ShardByLocalRank and two_nodes) "
+               "or (FixedPort and two_runs) or (Rank0Report and report_callback) "
+               "or (NoCommunication and ranks_and) or (EveryRank and run_and_resume) or (LastSaved and resume_helper)",
          f"--junitxml={report}", "--timeout=300")
     outcomes = {}
     for case in ElementTree.parse(report).iter("testcase"):
-        problem = case.find("failure") if case.find("failure") is not None else case.find("error")
+        problem = next((case.find(tag) for tag in ("failure", "error", "skipped") if case.find(tag) is not None), None)
         key = f"{case.get('classname').rsplit('.', 1)[-1]}.{case.get('name')}"
-        outcomes[key] = outcomes.get(key, "") + ("" if problem is None else f" {problem.tag}: {problem.get('message')}")
+        outcomes[key] = outcomes.get(key, "") + ("" if problem is None else
+                                                 f" {problem.tag}: {problem.get('message')} {problem.text or ''}")
     passed = sorted(k for k, v in outcomes.items() if not v)
     assert passed == [f"TestToy.test_{name}" for name in (
         "failure_on_one_rank_surfaces_with_its_rank", "framework_ranks_and_collective_follow_trainkit_ranks",
-        "loading_plugins_imports_no_framework", "local_mode", "registered_trainers_fit",
-        "shutdown_tears_the_framework_down_and_is_repeatable")] + [f"TestToyCheckpointIO.test_{name}" for name in (
-        "altered_file_is_refused", "round_trip_in_process", "round_trip_through_a_run_and_resume")], \
-        result.stdout.str()[-6000:]
+        "loading_plugins_imports_no_framework", "loading_the_plugin_changes_no_process_state", "local_mode",
+        "ranks_on_two_nodes", "registered_trainer_keeps_the_users_run_config", "registered_trainers_fit",
+        "report_callback_reaches_the_driver_from_every_rank", "shutdown_tears_the_framework_down_and_is_repeatable",
+        "two_runs_at_once_on_one_host")] + [f"TestToyCheckpointIO.test_{name}" for name in (
+        "altered_file_is_refused", "resume_helper_resumes_the_checkpoint_it_is_given", "round_trip_in_process",
+        "round_trip_through_a_run_and_resume")], result.stdout.str()[-6000:]
     expected = {
         "TestReversedRanks.test_framework_ranks_and_collective_follow_trainkit_ranks":
             "TestReversedRanks: on trainkit rank 0 framework_rank() returned 1, expected 0",
@@ -251,14 +290,68 @@ def test_backend_conformance_fails_each_seeded_mistake_and_passes_the_correct_pl
         "TestDropsConfig.test_registered_trainers_fit":
             "the registered DropsConfigTrainer dropped the user's config: built with backend_config=",
         "TestEveryRankCheckpointIO.test_round_trip_through_a_run_and_resume": "EveryRankCheckpointIO.report ",
+        "TestDropsOwnKeyword.test_registered_trainers_fit":
+            "the registered OwnKeywordTrainer dropped the user's config: built with toy_config=",
+        "TestOwnRunConfig.test_registered_trainer_keeps_the_users_run_config":
+            "the registered OwnRunConfigTrainer ignored the user's RunConfig: built with run_config=RunConfig("
+            "failure_config=FailureConfig(max_failures=1)), the run failed on its first failure",
+        "TestLoopback.test_ranks_on_two_nodes": "ranks talk across nodes through 127.0.0.1: rank 1 (node 127.0.0.",
+        "TestShardByLocalRank.test_ranks_on_two_nodes":
+            "the data helper (shard) gave rank 0 (node rank 0, local rank 0) and rank 1 (node rank 1, local rank 0) "
+            "the same rows [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11] of 12: shard by the global rank",
+        "TestFixedPort.test_two_runs_at_once_on_one_host": "of two runs at once on one host failed: ",
+        "TestRank0Report.test_report_callback_reaches_the_driver_from_every_rank":
+            "3 steps reported through report_callback on 2 ranks reached the driver as 0 report(s)",
+        "TestLastSavedCheckpointIO.test_resume_helper_resumes_the_checkpoint_it_is_given":
+            "resume(checkpoint) given the checkpoint at ",
         "TestNoCommunication.test_framework_ranks_and_collective_follow_trainkit_ranks":
             "TestNoCommunication: on rank 0 all_gather(rank) returned [0.0], expected [0.0, 1.0]",
     }
     for test, message in expected.items():
         assert message in outcomes[test], (test, outcomes[test])
     assert "toyfw is not initialized" in outcomes["TestBrokenTrainer.test_registered_trainers_fit"]
+    assert "Address already in use" in outcomes["TestFixedPort.test_two_runs_at_once_on_one_host"]
     # a backend that leaks env in the driver is still caught, though toyfw sets a variable at import
     assert "leaked environment variables: TOYFW_LOCAL (restored)" in outcomes["TestNoTeardown.test_local_mode"]
+
+
+LOAD_PROBES = """
+    from trainkit.testing import BackendConformance
+    import trainkit_toyfw as toy
+
+    class TestToy(BackendConformance):
+        backend_config = toy.ToyConfig()
+        framework_modules = ("toyfw",)
+"""
+
+
+@pytest.mark.parametrize("module, requires, fails", [
+    ("trainkit_toyfw_fw", ("toyfw>=1.0", "trainkit-core"), {}),
+    ("trainkit_toyfw_noisy", ("toyfw>=1.0",), {"loading_the_plugin_changes_no_process_state":
+                                  "importing trainkit_toyfw and loading the plugin 'toy' changed the process: "
+                                  "warnings filters: added [\"('ignore', None, <class 'Warning'>, None, 0)\"]"}),
+    ("trainkit_toyfw_fw", ("toyfw",), {"framework_is_declared_with_a_lower_bound":
+                                       "trainkit-toyfw 1.0 requires toyfw without a lower bound"}),
+    ("trainkit_toyfw_fw", ("toyfw>=1.0", "toyfw-gpu-kernels>=2"), {
+        "declared_requirements_resolve_on_this_platform":
+            "trainkit-toyfw requires toyfw-gpu-kernels>=2, but the package index has no release of "
+            "toyfw-gpu-kernels for this Python and platform"}),
+], ids=["correct", "warnings-off-at-load", "framework-unbounded", "unresolvable-dependency"])
+def test_load_and_metadata_probes_fail_each_seeded_mistake(run_tests, tmp_path, monkeypatch, module, requires,
+                                                           fails):
+    """The probes that need no Ray, each on a plugin installed with one mistake (none: all pass). The
+    package index is a local one holding toyfw 1.2.0 (pip's own configuration ignored)."""
+    _install_toy_plugin(tmp_path / "site", monkeypatch, module=module, requires=requires)
+    index = tmp_path / "simple" / "toyfw"
+    index.mkdir(parents=True)
+    (index / "index.html").write_text('<a href="toyfw-1.2.0.tar.gz">toyfw-1.2.0.tar.gz</a>')
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "simple").as_uri())
+    result = run_tests(LOAD_PROBES, "-k", "process_state or lower_bound or resolve", "-rfs")
+    result.assert_outcomes(passed=3 - len(fails), failed=len(fails))
+    for test, message in fails.items():
+        result.stdout.fnmatch_lines([f"*FAILED test_subject.py::TestToy::test_{test}*"])
+        assert message in result.stdout.str(), result.stdout.str()[-4000:]
 
 
 def test_a_missing_backend_names_the_plugin_loaders_reason(run_tests, tmp_path, monkeypatch):

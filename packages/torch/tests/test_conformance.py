@@ -7,12 +7,23 @@ from trainkit_torch import TorchCheckpointIO, TorchConfig
 from trainkit_torch.testing import all_gather, framework_rank, is_initialized
 
 
+def shard(rows: list) -> list:
+    """The rows prepare_data_loader's DistributedSampler gives this rank (no shuffling: the order is the kit's)."""
+    from torch.utils.data import DataLoader
+
+    from trainkit_torch import prepare_data_loader
+
+    loader = prepare_data_loader(DataLoader(rows, batch_size=1, shuffle=False), move_to_device=False)
+    return [int(batch) for batch in loader]
+
+
 class TestTorchBackend(BackendConformance):
     backend_config = TorchConfig()
     framework_modules = ("torch",)
     framework_rank = staticmethod(framework_rank)
     all_gather = staticmethod(all_gather)
     is_initialized = staticmethod(is_initialized)
+    shard = staticmethod(shard)
 
 
 class TestTorchCheckpointIO(CheckpointConformance):

@@ -30,6 +30,9 @@ class TestMyFrameworkBackend(BackendConformance):
     framework_rank = staticmethod(framework_rank)
     all_gather = staticmethod(all_gather)
     is_initialized = staticmethod(is_initialized)
+    # Optional, each probed when set (docs/extending.md): the plugin's data helper and report callback.
+    # shard = staticmethod(lambda rows: list(my_data_helper(rows)))       # the rows this rank trains on
+    # report_callback = staticmethod(lambda metrics: MyReportCallback().on_step_end(metrics))
 
 
 class TestMyFrameworkCheckpointIO(CheckpointConformance):
@@ -40,3 +43,6 @@ class TestMyFrameworkCheckpointIO(CheckpointConformance):
 
     def assert_same(self, loaded, saved):
         assert loaded == saved  # TODO: compare the framework's way
+
+    # Optional: the plugin's resume helper, given a checkpoint, returns the state it restores.
+    # resume = staticmethod(lambda checkpoint: my_resume_helper(checkpoint))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import tempfile
 from dataclasses import dataclass
 from typing import ClassVar
@@ -19,23 +20,54 @@ from trainkit import Backend, BackendConfig, DataParallelTrainer, hookimpl
 FRAMEWORK = "trainkit-toyfw"  # toyfw comes with this distribution
 
 
-def _join(reverse_ranks: bool) -> None:
+_links: list[socket.socket] = []  # this worker's links of the rendezvous: rank 0 to every other rank
+
+
+def _listen(host: str, port: int) -> None:
+    _links.append(socket.create_server((host, port)))
+
+
+def _join(reverse_ranks: bool, host: str, port: int) -> None:
+    """Every rank links to rank 0 at (host, port) and keeps the link (a framework's rendezvous)."""
     import toyfw
 
     ctx = trainkit.get_context()
-    rank = ctx.get_world_rank()
-    toyfw.init(ctx.get_world_size() - 1 - rank if reverse_ranks else rank)
+    rank, size = ctx.get_world_rank(), ctx.get_world_size()
+    if rank == 0:
+        server = _links[0]
+        server.settimeout(60)
+        _links.extend(server.accept()[0] for _ in range(size - 1))
+    else:
+        _links.append(socket.create_connection((host, port), timeout=60))
+    toyfw.init(size - 1 - rank if reverse_ranks else rank)
 
 
 def _leave() -> None:
     import toyfw
 
+    while _links:
+        _links.pop().close()
     toyfw.shutdown()
+
+
+def shard(rows: list) -> list:
+    """The data helper: this rank's rows, strided by global rank."""
+    ctx = trainkit.get_context()
+    return rows[ctx.get_world_rank()::ctx.get_world_size()]
+
+
+def shard_by_local_rank(rows: list) -> list:  # the mistake: two nodes train on the same rows
+    ctx = trainkit.get_context()
+    return rows[ctx.get_local_rank()::ctx.get_local_world_size()]
 
 
 class ToyBackend(Backend):
     def on_start(self, worker_group, backend_config: ToyConfig) -> None:
-        worker_group.execute(_join, backend_config.reverse_ranks)
+        host, port = worker_group.free_address(0)
+        host = backend_config.fixed_host or host
+        port = backend_config.fixed_port or port
+        worker_group.execute_single(0, _listen, host, port)
+        worker_group.execute(_join, backend_config.reverse_ranks, host, port)
 
     def on_shutdown(self, worker_group, backend_config: ToyConfig) -> None:
         if backend_config.tears_down:
@@ -57,6 +89,8 @@ class ToyBackend(Backend):
 class ToyConfig(BackendConfig):
     reverse_ranks: ClassVar[bool] = False
     tears_down: ClassVar[bool] = True
+    fixed_host: ClassVar[str | None] = None
+    fixed_port: ClassVar[int | None] = None
 
     @property
     def backend_cls(self):
@@ -73,6 +107,14 @@ class NoTeardownConfig(ToyConfig):
 
 class BrokenTrainerConfig(ToyConfig):
     pass
+
+
+class LoopbackConfig(ToyConfig):
+    fixed_host = "127.0.0.1"  # the mistake: every rank dials 127.0.0.1 for the rendezvous
+
+
+class FixedPortConfig(ToyConfig):
+    fixed_port = 29517  # the mistake: the framework's default port, so a second job on the host fails to bind
 
 
 class ToyTrainer(DataParallelTrainer):
@@ -96,6 +138,30 @@ class DropsConfigTrainer(DataParallelTrainer):
         super().__init__(train_loop_per_worker, **kwargs)
 
 
+class OwnKeywordConfig(ToyConfig):
+    pass
+
+
+class OwnKeywordTrainer(DataParallelTrainer):
+    def __init__(self, train_loop_per_worker, *, toy_config: OwnKeywordConfig | None = None, **kwargs):
+        kwargs.setdefault("backend_config", OwnKeywordConfig())  # the mistake: toy_config is never used
+        super().__init__(train_loop_per_worker, **kwargs)
+
+
+class OwnRunConfigConfig(ToyConfig):
+    pass
+
+
+class OwnRunConfigTrainer(DataParallelTrainer):
+    def __init__(self, train_loop_per_worker, **kwargs):
+        kwargs.setdefault("backend_config", OwnRunConfigConfig())
+        given = kwargs.get("run_config") or trainkit.RunConfig()
+        # the mistake: a RunConfig of its own, keeping a few fields: the user's FailureConfig is lost
+        kwargs["run_config"] = trainkit.RunConfig(name=given.name, storage_path=given.storage_path,
+                                                  callbacks=given.callbacks, verbose=0)
+        super().__init__(train_loop_per_worker, **kwargs)
+
+
 class ToyCheckpointIO(trainkit.CheckpointIO):
     def save(self, state, directory):
         with open(os.path.join(directory, "state.json"), "w") as f:
@@ -104,6 +170,34 @@ class ToyCheckpointIO(trainkit.CheckpointIO):
     def load_from_directory(self, directory):
         with open(os.path.join(directory, "state.json")) as f:
             return json.load(f)
+
+
+def resume(checkpoint):
+    """The resume helper: the state in ``checkpoint``."""
+    return ToyCheckpointIO().load(checkpoint)
+
+
+_last_saved: list[str] = []
+
+
+class LastSavedCheckpointIO(ToyCheckpointIO):
+    def save(self, state, directory):
+        super().save(state, directory)
+        _last_saved.append(directory)
+
+
+def resume_last_saved(checkpoint):  # the mistake: a path of its own, not the checkpoint given
+    return ToyCheckpointIO().load_from_directory(_last_saved[-1])
+
+
+def report_callback(metrics):
+    """The report callback, as the framework calls it at every step on every rank."""
+    trainkit.report(metrics)
+
+
+def rank0_report_callback(metrics):  # the mistake: the other ranks never report, so no report completes
+    if trainkit.get_context().get_world_rank() == 0:
+        trainkit.report(metrics)
 
 
 class EveryRankCheckpointIO(ToyCheckpointIO):
@@ -120,3 +214,7 @@ def trainkit_register_backends(registry) -> None:
     registry.register("toy_no_teardown", NoTeardownConfig)
     registry.register("toy_broken_trainer", BrokenTrainerConfig, BrokenTrainer)
     registry.register("toy_drops_config", DropsConfigConfig, DropsConfigTrainer)
+    registry.register("toy_loopback", LoopbackConfig)
+    registry.register("toy_own_keyword", OwnKeywordConfig, OwnKeywordTrainer)
+    registry.register("toy_own_run_config", OwnRunConfigConfig, OwnRunConfigTrainer)
+    registry.register("toy_fixed_port", FixedPortConfig)

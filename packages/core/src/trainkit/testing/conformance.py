@@ -93,6 +93,54 @@ def _failing_fn(config: dict) -> None:
     trainkit.report({"rank": rank})
 
 
+def _report_callback_fn(config: dict) -> None:
+    rank = trainkit.get_context().get_world_rank()
+    for step in range(3):
+        config["report_callback"]({"loss": 1.0 / (step + 1), "rank_value": float(rank)})
+
+
+def _concurrent_fn(config: dict) -> None:
+    """One of two runs at once: rank 0 waits (up to 120 s) until the other run is training too, or
+    failed, so that both runs' frameworks are up together; then an all-gather of run-marked values."""
+    import time
+
+    run, sync = config["run"], config["sync"]
+    if trainkit.get_context().get_world_rank() == 0:
+        open(os.path.join(sync, f"ready{run}"), "w").close()
+        other = 1 - run
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not any(
+                os.path.exists(os.path.join(sync, f"{what}{other}")) for what in ("ready", "failed")):
+            time.sleep(0.05)
+    rank = trainkit.get_context().get_world_rank()
+    trainkit.report({"gathered": [float(v) for v in config["all_gather"](float(100 * run + rank))]})
+
+
+def _fails_once_fn(config: dict) -> None:
+    ctx = trainkit.get_context()
+    config["all_gather"](1.0)
+    if ctx.get_attempt() == 0 and ctx.get_world_rank() == 0:
+        raise RuntimeError("conformance: the first attempt fails on purpose")
+    trainkit.report({"attempt": ctx.get_attempt()})
+
+
+_STANDARD_CONFIGS = {"train_loop_config", "backend_config", "scaling_config", "run_config", "dataset_config",
+                     "validation_config"}
+
+
+def _config_keyword(trainer_cls: type) -> str | None:
+    """The keyword a plugin's Trainer takes its own config by: its ``config_arg``, else the one
+    ``*_config`` parameter of its ``__init__`` that is not a standard one (``paddle_config=``)."""
+    if getattr(trainer_cls, "config_arg", None):
+        return trainer_cls.config_arg
+    try:
+        parameters = inspect.signature(trainer_cls.__init__).parameters
+    except (TypeError, ValueError):
+        return None
+    own = [name for name in parameters if name.endswith("_config") and name not in _STANDARD_CONFIGS]
+    return own[0] if len(own) == 1 else None
+
+
 def _local_fn(config: dict) -> None:
     ctx = trainkit.get_context()
     trainkit.report({"world_rank": ctx.get_world_rank(), "world_size": ctx.get_world_size()})
@@ -111,6 +159,117 @@ def _check_ranks(metrics: list[dict], n: int, trainer: str) -> None:
             f"{[float(r) for r in range(n)]} (every rank's value, in rank order, on every rank)")
     assert sorted((m["node_rank"], m["local_rank"]) for m in metrics) == [(0, r) for r in range(n)], metrics
     assert all(m["local_world_size"] == n for m in metrics), metrics
+
+
+# Run as `python -c _SIDE_EFFECTS <package>`: what importing the plugin's package and loading
+# plugins (TRAINKIT_PLUGINS names this one) changed in the process, as JSON {what: [before, after]}.
+_SIDE_EFFECTS = r"""
+import json, logging, os, signal, socket, sys, threading, warnings
+import trainkit
+from trainkit._internal.plugins import get_plugins
+
+package = sys.argv[1]
+
+def loggers():
+    found = {"<root>": [logging.getLevelName(logging.root.level), [repr(h) for h in logging.root.handlers]]}
+    for name, lg in sorted(logging.root.manager.loggerDict.items()):
+        if isinstance(lg, logging.Logger) and not (name == package or name.startswith(package + ".")):
+            found[name] = [logging.getLevelName(lg.level), [repr(h) for h in lg.handlers], lg.propagate, lg.disabled]
+    return found
+
+def snapshot():
+    handlers = {}
+    for sig in sorted(signal.valid_signals()):
+        try:
+            handlers[signal.Signals(sig).name] = repr(signal.getsignal(sig))
+        except (ValueError, OSError):
+            pass
+    return {"warnings filters": [repr(f) for f in warnings.filters], "logging": loggers(),
+            "logging.disable": logging.root.manager.disable, "signal handlers": handlers,
+            "sys.excepthook": repr(sys.excepthook), "threading.excepthook": repr(threading.excepthook),
+            "socket default timeout": socket.getdefaulttimeout(), "cwd": os.getcwd(), "sys.path": list(sys.path),
+            "os.environ": dict(os.environ)}
+
+def diff(before, after):
+    if isinstance(before, dict) and isinstance(after, dict):
+        keys = sorted(before.keys() | after.keys())
+        return {k: f"{before.get(k, '<unset>')!r} -> {after.get(k, '<unset>')!r}" for k in keys
+                if before.get(k) != after.get(k)}
+    if isinstance(before, list) and isinstance(after, list):
+        added, removed = [x for x in after if x not in before], [x for x in before if x not in after]
+        return " and ".join([f"added {added}"] * bool(added) + [f"removed {removed}"] * bool(removed)) or "reordered"
+    return f"{before!r} -> {after!r}"
+
+before = snapshot()
+__import__(package)
+get_plugins()
+after = snapshot()
+changed = {}
+for what in before:
+    if before[what] != after[what]:
+        d = diff(before[what], after[what])
+        if isinstance(d, dict):
+            changed.update({f"{what}[{k}]": v for k, v in d.items()})
+        else:
+            changed[what] = d
+print(json.dumps(changed, default=repr))
+"""
+
+
+def _normalize(name: str) -> str:
+    import re
+
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _plugin_distribution(entry: Any) -> tuple[Any, str | None]:
+    """The distribution that installs ``entry``'s plugin, and the plugin's ``FRAMEWORK``."""
+    import importlib
+    import importlib.metadata as md
+
+    ep = next((ep for ep in md.entry_points(group="trainkit.plugins") if ep.name == entry.plugin), None)
+    assert ep is not None and getattr(ep, "dist", None) is not None, (
+        f"no installed distribution has the entry point {entry.plugin!r} in the group trainkit.plugins")
+    module = importlib.import_module(ep.value.split(":")[0])
+    return ep.dist, getattr(module, "FRAMEWORK", None)
+
+
+def _requirements(dist: Any) -> list:
+    """The distribution's requirements that apply here without extras."""
+    from packaging.requirements import Requirement
+
+    reqs = [Requirement(r) for r in dist.requires or []]
+    return [r for r in reqs if r.marker is None or r.marker.evaluate({"extra": ""})]
+
+
+_UNREACHABLE = ("Could not fetch URL", "NewConnectionError", "Failed to establish a new connection",
+                "Temporary failure in name resolution", "Max retries exceeded", "Network is unreachable",
+                "ConnectTimeoutError", "ReadTimeoutError")
+
+
+def _index_versions(name: str) -> list[str]:
+    """The releases of ``name`` pip finds for this interpreter and platform on its configured index
+    (newest first; [] when none); skips the test when pip or the index cannot be reached."""
+    import re
+    import subprocess
+
+    try:
+        done = subprocesses.run([sys.executable, "-m", "pip", "index", "versions", name, "--pre",
+                                 "--disable-pip-version-check", "--timeout", "15", "--retries", "1"],
+                                capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.skip(f"pip index versions {name} took over 120 s: the package index is unreachable")
+    text = done.stdout + done.stderr
+    if "No module named pip" in text or "unknown command" in text.lower():
+        pytest.skip(f"pip (with `pip index`) is not installed in this environment: {text.strip()[-200:]}")
+    if any(sign in text for sign in _UNREACHABLE):
+        pytest.skip(f"the package index is unreachable (offline?): {text.strip()[-300:]}")
+    if done.returncode != 0:
+        if "No matching distribution found" in text:
+            return []
+        raise AssertionError(f"pip index versions {name} failed: {text.strip()[-1000:]}")
+    found = re.search(r"Available versions: (.*)", text)
+    return [v.strip() for v in found.group(1).split(",")] if found else []
 
 
 def _entry_for(config_cls: type) -> Any:
@@ -146,14 +305,37 @@ class BackendConformance:
     arrives in rank order on every rank; a failure on one rank surfaces with its rank;
     ``on_shutdown`` leaves ``is_initialized()`` false on every worker and a second group sets up
     again; the Trainer the plugin registers, ``trainkit.Trainer(fn, backend=<name>)`` and local mode
-    (``num_workers=0``) all fit. Every test also fails when it leaves environment variables,
-    threads or processes behind in the driver. Override ``trainer`` if the plugin's trainer needs
-    more than a backend config.
+    (``num_workers=0``) all fit. Then what breaks only beyond one test process (issue 45): ranks
+    on two simulated nodes at 127.0.0.2 and 127.0.0.3 (no rank reaches the other node's through
+    127.0.0.1; ``shard`` gives disjoint rows covering the data), two runs at once on one host, the
+    registered Trainer keeping the user's ``RunConfig`` (a ``FailureConfig(max_failures=1)`` retry)
+    and its own ``*_config`` keyword, every rank's report through ``report_callback`` reaching the
+    driver, loading the plugin leaving the process's global state alone, and the framework declared
+    with a lower bound and resolvable on the package index. Every test also fails when it leaves
+    environment variables, threads or processes behind in the driver. Override ``trainer`` if the
+    plugin's trainer needs more than a backend config.
+
+    Optional hooks (staticmethods; each probe skips, saying so, when its hook is not set):
+
+    ``shard(rows) -> list``         the rows of ``rows`` this rank trains on, through the plugin's
+                                    data helper (in the training function)
+    ``report_callback(metrics)``    reports ``metrics`` through the plugin's report callback, as the
+                                    framework calls it on every rank at a step's end
     """
 
     backend_config: ClassVar[BackendConfig]
     framework_modules: ClassVar[tuple[str, ...]] = ()
     num_workers: ClassVar[int] = 2
+    #: ``shard(rows) -> rows``: the rows of ``rows`` this rank trains on, through the plugin's data
+    #: helper (a sampler, a loader; in the training function). None: the data probes skip.
+    shard: ClassVar[Callable[[list], list] | None] = None
+    #: False skips ``test_ranks_on_two_nodes``, for a framework that binds by network interface name
+    #: (``HOROVOD_GLOO_IFACE``): the simulated nodes' addresses (127.0.0.2, 127.0.0.3) are on no interface.
+    simulated_nodes: ClassVar[bool] = True
+    #: ``report_callback(metrics)``: report ``metrics`` (a dict of floats) through the plugin's report
+    #: callback, as the framework calls it on every rank at the end of a step (in the training
+    #: function). None: the probe skips.
+    report_callback: ClassVar[Callable[[dict], None] | None] = None
 
     @staticmethod
     def framework_rank() -> int:
@@ -209,6 +391,61 @@ class BackendConformance:
         name = type(self.backend_config).__name__
         assert name in report["registered"], f"no loaded plugin registers {name}. {report['not_loaded']}"
 
+    def test_loading_the_plugin_changes_no_process_state(self) -> None:
+        """Importing the plugin's package and loading its entry point (as ``trainkit`` does in every
+        process) leave the process as they found it: warnings filters, logging (the root logger's
+        handlers and level, other packages' loggers), signal handlers, the excepthooks, the working
+        directory, ``sys.path`` and ``os.environ``."""
+        entry = _entry_for(type(self.backend_config))
+        package = type(self.backend_config).__module__.split(".")[0]
+        env = {**os.environ, "TRAINKIT_PLUGINS": entry.plugin}  # trainkit loads this plugin alone
+        out = subprocesses.run([sys.executable, "-c", _SIDE_EFFECTS, package], capture_output=True, text=True,
+                               timeout=120, env=env)
+        assert out.returncode == 0, out.stderr[-3000:]
+        changed = json.loads(out.stdout.strip().splitlines()[-1])
+        assert not changed, (
+            f"importing {package} and loading the plugin {entry.plugin!r} changed the process: "
+            + "; ".join(f"{what}: {detail}" for what, detail in changed.items())
+            + ". A plugin is loaded into every trainkit process, the user's included: it must leave global state "
+              "alone (set warnings filters, logging, signal handlers or environment variables in the functions "
+              "that run on the workers, scoped, e.g. warnings.catch_warnings() or BackendConfig.train_fn_context())")
+
+    def test_framework_is_declared_with_a_lower_bound(self) -> None:
+        """The plugin's distribution requires its framework (``FRAMEWORK`` in the entry point's
+        module), unconditionally and with a lower bound (the oldest release the plugin supports)."""
+        entry = _entry_for(type(self.backend_config))
+        dist, framework = _plugin_distribution(entry)
+        if framework is None or _normalize(framework) == _normalize(dist.metadata["Name"]):
+            pytest.skip(f"the plugin {entry.plugin!r} names no framework distribution of its own (FRAMEWORK)")
+        reqs = [r for r in _requirements(dist) if _normalize(r.name) == _normalize(framework)]
+        name = f"{dist.metadata['Name']} {dist.version}"
+        assert reqs, (f"{name} does not require its framework {framework!r} (FRAMEWORK), or only under an extra or "
+                      f"a marker: declare it in [project] dependencies with the oldest release it supports, e.g. "
+                      f"'{framework}>=X.Y'")
+        assert any(spec.operator in (">=", ">", "~=", "==", "===") for r in reqs for spec in r.specifier), (
+            f"{name} requires {', '.join(map(str, reqs))} without a lower bound: an old {framework} the plugin "
+            f"never ran with would be accepted. Declare the oldest supported release, e.g. '{framework}>=X.Y'")
+
+    def test_declared_requirements_resolve_on_this_platform(self) -> None:
+        """Each requirement of the plugin's distribution (but trainkit's own) has a release on the
+        package index pip is configured with, for this Python and platform, within its bounds
+        (``pip index versions``; skipped when pip or the index cannot be reached)."""
+        entry = _entry_for(type(self.backend_config))
+        dist, _ = _plugin_distribution(entry)
+        reqs = [r for r in _requirements(dist) if not _normalize(r.name).startswith("trainkit")]
+        if not reqs:
+            pytest.skip(f"{dist.metadata['Name']} declares no requirement to resolve (trainkit's own aside)")
+        for req in reqs:
+            versions = _index_versions(req.name)
+            matching = [v for v in versions if req.specifier.contains(v, prereleases=True)]
+            assert matching, (
+                f"{dist.metadata['Name']} requires {req}, but the package index has "
+                + (f"no release of {req.name} for this Python and platform" if not versions
+                   else f"only {req.name} {', '.join(versions[:8])} here, none within {req.specifier}")
+                + f" ({sys.platform}, Python {sys.version_info.major}.{sys.version_info.minor}): a user here could "
+                  "not install the plugin. Depend on a distribution that exists for every platform you support, "
+                  "or mark the requirement for the platforms it has (e.g. '; sys_platform == \"linux\"')")
+
     @_GUARDS
     def test_framework_ranks_and_collective_follow_trainkit_ranks(self, run_config) -> None:
         (metrics,) = self._fit(_ranks_fn, run_config)
@@ -253,7 +490,7 @@ class BackendConformance:
         by_name = functools.partial(trainkit.Trainer, backend=entry.name)
         trainers = [(f"trainkit.Trainer(fn, backend={entry.name!r})", by_name, "backend_config")]
         if entry.trainer_cls is not None:
-            label, arg = f"the registered {entry.trainer_cls.__qualname__}", entry.trainer_cls.config_arg
+            label, arg = f"the registered {entry.trainer_cls.__qualname__}", _config_keyword(entry.trainer_cls)
             trainers += [(label, entry.trainer_cls, None), (label, entry.trainer_cls, arg or "backend_config")]
         received = _record_on_start(self.backend_config.backend_cls, monkeypatch)
         for label, trainer_cls, arg in trainers:
@@ -275,6 +512,97 @@ class BackendConformance:
                 f"{label} dropped the user's config: built with {arg}={config!r}, its backend's on_start got "
                 f"{got!r}, another {type(got).__name__} (the Trainer must pass on the config it was given)")
 
+    @_GUARDS
+    def test_registered_trainer_keeps_the_users_run_config(self, run_config) -> None:
+        """The registered Trainer runs with the user's ``RunConfig``: with ``FailureConfig(max_failures=1)``
+        a training function that fails on its first attempt is retried and the run succeeds, under
+        the user's run name."""
+        entry = _entry_for(type(self.backend_config))
+        if entry.trainer_cls is None:
+            pytest.skip(f"the plugin registers no Trainer of its own for {type(self.backend_config).__name__}")
+        label, collect = f"the registered {entry.trainer_cls.__qualname__}", _Collect()
+        rc = run_config(failure_config=trainkit.FailureConfig(max_failures=1), callbacks=[collect])
+        trainer = entry.trainer_cls(_fails_once_fn, train_loop_config=self._config(),
+                                    scaling_config=ScalingConfig(num_workers=self.num_workers), run_config=rc)
+        try:
+            result = trainer.fit()
+        except TrainingFailedError as exc:
+            raise AssertionError(
+                f"{label} ignored the user's RunConfig: built with run_config=RunConfig(failure_config="
+                f"FailureConfig(max_failures=1)), the run failed on its first failure instead of retrying "
+                f"({exc.error_type} on rank {exc.rank}). The Trainer must pass run_config on as given, never "
+                "build a RunConfig of its own") from exc
+        assert [m["attempt"] for m in collect.reports[-1]] == [1] * self.num_workers, collect.reports
+        assert os.path.basename(os.path.normpath(str(result.path))) == rc.name, (
+            f"{label} ran as {result.path}, not as the user's run {rc.name!r} under {rc.storage_path}: "
+            "the Trainer must pass run_config on as given")
+
+    @_GUARDS
+    def test_report_callback_reaches_the_driver_from_every_rank(self, run_config) -> None:
+        """Three steps reported through the plugin's report callback (``report_callback``) on every
+        rank reach the driver as three reports, each with every rank's metrics."""
+        if type(self).report_callback is None:
+            pytest.skip("set report_callback = staticmethod(...) to probe the plugin's report callback")
+        reports = self._fit(_report_callback_fn, run_config, report_callback=type(self).report_callback)
+        assert len(reports) == 3 and all(len(r) == self.num_workers for r in reports), (
+            f"3 steps reported through report_callback on {self.num_workers} ranks reached the driver as "
+            f"{len(reports)} report(s) (ranks per report: {[len(r) for r in reports]}): every rank must call "
+            "trainkit.report at every step (the ranks' reports are gathered into one); a callback that reports "
+            "on rank 0 alone has every report dropped. Save the checkpoint on rank 0 alone, report on every rank")
+
+    @_GUARDS
+    def test_two_runs_at_once_on_one_host(self, run_config, tmp_path) -> None:
+        """Two runs of the plugin at the same time on this machine (two fits, in two threads of this
+        driver, each on its own workers): both set up, each all-gather holds its own run's values,
+        and both succeed. A fixed port (the framework's default) or a rendezvous shared across jobs
+        fails one of them."""
+        import threading
+
+        sync, results = tmp_path / "sync", {}
+        sync.mkdir()
+
+        def fit(run: int) -> None:
+            collect = _Collect()
+            try:
+                self.trainer(_concurrent_fn, run_config(callbacks=[collect]),
+                             self._config(run=run, sync=str(sync))).fit()
+                results[run] = collect.reports
+            except Exception as exc:  # noqa: BLE001 - reported below
+                results[run] = exc
+                (sync / f"failed{run}").touch()  # the other run stops waiting for this one
+
+        threads = [threading.Thread(target=fit, args=(run,), name=f"conformance-run{run}") for run in (0, 1)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for run in (0, 1):
+            if isinstance(results[run], BaseException):
+                raise AssertionError(
+                    f"run {run} of two runs at once on one host failed: {type(results[run]).__name__}: "
+                    f"{results[run]}. Two jobs on one host must not collide: take ports from "
+                    "worker_group.free_address()/rendezvous() (never the framework's fixed default port) and key "
+                    "any rendezvous by the run (a name, file or key per run: "
+                    "trainkit.get_context().get_experiment_name())") from results[run]
+            (metrics,) = results[run]
+            expected = [float(100 * run + r) for r in range(self.num_workers)]
+            for rank, m in enumerate(metrics):
+                assert m["gathered"] == expected, (
+                    f"run {run} of two runs at once: on rank {rank} all_gather returned {m['gathered']}, expected "
+                    f"{expected} (its own run's values): the two runs' ranks met in one rendezvous; key it by the "
+                    "run (trainkit.get_context().get_experiment_name()), with a port from free_address()")
+
+    def test_ranks_on_two_nodes(self, tmp_path) -> None:
+        """The plugin's training with its ranks on two nodes whose addresses differ (127.0.0.2 and
+        127.0.0.3, simulated on this machine in a driver of its own): ranks and the all-gather as on
+        one node, no two ranks on different nodes talk through 127.0.0.1, and the data helper
+        (``shard``) gives the ranks disjoint rows that cover the dataset."""
+        if not type(self).simulated_nodes:
+            pytest.skip(f"{type(self).__name__}.simulated_nodes is False: the framework binds by network interface, "
+                        "which nodes simulated at 127.0.0.2 and 127.0.0.3 cannot model")
+        out = _run_probe("multinode", self, tmp_path)
+        _check_two_nodes(out, self.num_workers, type(self).__name__, type(self).shard is not None)
+
     @_LOCAL_GUARDS
     def test_local_mode(self, run_config) -> None:
         entry, collect = _entry_for(type(self.backend_config)), _Collect()
@@ -282,6 +610,103 @@ class BackendConformance:
                          run_config=run_config(callbacks=[collect])).fit()
         assert collect.reports == [[{"world_rank": 0, "world_size": 1}]], collect.reports
         assert not type(self).is_initialized(), "is_initialized() is still true in the driver after local mode ended"
+
+
+_LOOPBACK_HINT = ("127.0.0.1 is each host's own loopback: on two hosts the rank dialing it reaches its own host, "
+                  "not the other rank's. Take the address from worker_group.free_address(rank) or "
+                  "worker_group.rendezvous() (rank 0's node address), never a fixed 127.0.0.1/localhost")
+
+
+def _run_probe(probe: str, suite: Any, tmp_path: Any, timeout_s: float = 300) -> dict:
+    """``trainkit.testing._probes`` in a driver process of its own; its results."""
+    from ray import cloudpickle
+
+    spec, out = tmp_path / f"{probe}.spec", tmp_path / f"{probe}.json"
+    with open(spec, "wb") as f:
+        cloudpickle.dump({"probe": probe, "suite": suite, "storage": str(tmp_path / "storage")}, f)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = subprocesses.run([sys.executable, "-m", "trainkit.testing._probes", str(spec), str(out)],
+                            capture_output=True, text=True, timeout=timeout_s, env=env)
+    if not out.exists():
+        raise AssertionError(f"the {probe} probe's driver ended (status {done.returncode}) without results:\n"
+                             f"{done.stderr[-3000:]}")
+    return json.loads(out.read_text())
+
+
+def _cross_node_loopback(snapshots: list[dict], ray_servers: list[list], judged_ports: set[int] | None) -> list[str]:
+    """Connections a rank dialed through 127.0.0.1 to a rank on another node, in words. Servers the
+    workers ran before ``Backend.on_start`` (Ray's own, ``ray_servers``: [pid, port]) aside; only
+    servers on ``judged_ports`` where it is not None."""
+    by_end = {}  # (local ip, port, remote ip, port) -> (rank, node ip, pid)
+    servers = set()  # (pid, port) of every listening socket
+    for snap in snapshots:
+        servers.update(tuple(server) for server in snap.get("listening", []))
+        for pid, lip, lport, rip, rport in snap["connections"]:
+            by_end[(lip, lport, rip, rport)] = (snap["world_rank"], snap["node_ip"], pid)
+    servers -= {tuple(server) for server in ray_servers}
+    found = set()
+    for snap in snapshots:
+        for pid, lip, lport, rip, rport in snap["connections"]:
+            peer = by_end.get((rip, rport, lip, lport))
+            dialed = rip.removeprefix("::ffff:")
+            if (peer and (peer[2], rport) in servers and peer[1] != snap["node_ip"]
+                    and (judged_ports is None or rport in judged_ports)
+                    and (dialed.startswith("127.0.0.1") or dialed == "::1")):
+                found.add(f"rank {snap['world_rank']} (node {snap['node_ip']}) reached rank {peer[0]} "
+                          f"(node {peer[1]}) at {dialed}:{rport}")
+    return sorted(found)
+
+
+def _check_two_nodes(out: dict, n: int, suite: str, has_shard: bool) -> None:
+    where = "with its ranks on two nodes (127.0.0.2 and 127.0.0.3, simulated on this machine)"
+    # where the hostname resolves to 127.0.0.1, a framework's default bind address is loopback here though
+    # not on real hosts (gloo's): then only the ports the worker group handed the backend are judged
+    judged = set(out.get("handed_ports", [])) if str(out.get("hostname_address")).startswith("127.0.0.1") else None
+    loopback = _cross_node_loopback(out.get("after_on_start", []) + (out.get("reports") or [[]])[-1],
+                                    out.get("listening_before", []), judged)
+    assert not loopback, f"{suite}: {where}, ranks talk across nodes through 127.0.0.1: {'; '.join(loopback)}. " \
+                         + _LOOPBACK_HINT
+    assert "error" not in out, (f"{suite}: the run failed {where}: {out['error']}. A rendezvous address fixed to "
+                                f"127.0.0.1/localhost, or a socket bound to loopback only, breaks on two hosts: "
+                                f"take rank 0's node address from worker_group.free_address(0) or rendezvous(). "
+                                f"(A framework that binds by network interface name cannot run on these simulated "
+                                f"nodes, whose addresses are on no interface: set simulated_nodes = False)")
+    reports = out.get("reports") or []
+    assert len(reports) == 1, f"{suite}: {where}, {len(reports)} reports reached the driver, expected 1"
+    metrics = reports[0]
+    assert len(metrics) == n, f"{suite}: {where}, {len(metrics)} rank(s) reported, expected {n}"
+    assert len({m["node_ip"] for m in metrics}) == 2, f"{suite}: the ranks did not span two nodes: {metrics}"
+    for rank, m in enumerate(metrics):
+        assert m["framework_rank"] == rank, (
+            f"{suite}: {where}, on trainkit rank {rank} (node rank {m['node_rank']}, local rank {m['local_rank']}) "
+            f"framework_rank() returned {m['framework_rank']}: the framework rank must be the global rank "
+            "(trainkit.get_context().get_world_rank()), not the local one")
+        assert m["gathered"] == [float(r) for r in range(n)], (
+            f"{suite}: {where}, on rank {rank} all_gather(rank) returned {m['gathered']}, expected "
+            f"{[float(r) for r in range(n)]}")
+    if has_shard:
+        _check_shards({m["world_rank"]: m for m in metrics}, f"{suite}: {where}, the data helper (shard)")
+
+
+def _check_shards(by_rank: dict[int, dict], label: str) -> None:
+    """Each rank's ``rows`` (of ``_probes.SHARD_ROWS``): pairwise disjoint and together every row."""
+    from trainkit.testing._probes import SHARD_ROWS
+
+    ranks = sorted(by_rank)
+    for i, a in enumerate(ranks):
+        for b in ranks[i + 1:]:
+            same = sorted(set(by_rank[a]["rows"]) & set(by_rank[b]["rows"]))
+            if same:
+                ma, mb = by_rank[a], by_rank[b]
+                raise AssertionError(
+                    f"{label} gave rank {a} (node rank {ma.get('node_rank')}, local rank {ma.get('local_rank')}) and "
+                    f"rank {b} (node rank {mb.get('node_rank')}, local rank {mb.get('local_rank')}) the same rows "
+                    f"{same} of {SHARD_ROWS}: shard by the global rank and world size "
+                    "(trainkit.get_context().get_world_rank(), get_world_size()), not the local rank or node")
+    covered = set().union(*(set(m["rows"]) for m in by_rank.values()))
+    missing = sorted(set(range(SHARD_ROWS)) - covered)
+    assert not missing, (f"{label}: no rank got rows {missing} of {SHARD_ROWS} (shards by rank: "
+                         f"{ {r: by_rank[r]['rows'] for r in ranks} }): the shards must cover the dataset")
 
 
 _MARK = "_trainkit_conformance_mark"
@@ -359,6 +784,10 @@ class CheckpointConformance:
     then holds the same state."""
 
     checkpoint_io: ClassVar[CheckpointIO]
+    #: ``resume(checkpoint) -> state``: the state the plugin's resume helper restores from
+    #: ``checkpoint`` (a ``trainkit.Checkpoint`` written by ``checkpoint_io.save``; called in the
+    #: test process). None: the probe skips.
+    resume: ClassVar[Callable[[Checkpoint], Any] | None] = None
 
     @pytest.fixture
     def preimported_modules(self, preimported_modules: tuple[str, ...]) -> tuple[str, ...]:
@@ -425,6 +854,26 @@ class CheckpointConformance:
             raise AssertionError(f"the checkpoint {helper} committed does not hold rank 0's state: {exc}") from exc
         resumed = _fit_two(_resume_fn, config, run_config(name=rc.name, storage_path=rc.storage_path))
         assert resumed.metrics == {"resumed": 1}
+
+    def test_resume_helper_resumes_the_checkpoint_it_is_given(self, tmp_path) -> None:
+        """Two checkpoints of different states, in directories of unusual names: the resume helper
+        (``resume``) given each restores that one's state, whichever was saved last."""
+        if type(self).resume is None:
+            pytest.skip("set resume = staticmethod(...) to probe the plugin's resume helper")
+        resume, states = type(self).resume, self._states()
+        dirs = [tmp_path / "elsewhere" / f"run-{seed}" / f"checkpoint_{987 + seed:06d}" for seed in (0, 1)]
+        for directory, state in zip(dirs, states):
+            directory.mkdir(parents=True)
+            self.checkpoint_io.save(state, str(directory))
+        for seed in (0, 1):
+            try:
+                self.assert_same(resume(Checkpoint.from_directory(str(dirs[seed]))), states[seed])
+            except Exception as exc:
+                raise AssertionError(
+                    f"resume(checkpoint) given the checkpoint at {dirs[seed]} (seed {seed}; seed {1 - seed}'s at "
+                    f"{dirs[1 - seed]}) did not restore its state: {type(exc).__name__}: {exc}. A resume helper "
+                    "must read the checkpoint it is given (its checkpoint argument, else trainkit.get_checkpoint()), "
+                    "never a fixed path or the last one it saved") from exc
 
     @_GUARDS
     def test_altered_file_is_refused(self, run_config, tmp_path) -> None:
