@@ -94,6 +94,8 @@ def test_newer_releases_become_rows_of_the_newest_row_or_are_capped(tool, tmp_pa
     # only Python 3.12 offers them; jaxlib moves with jax, to its own release of that major.minor
     assert found[("jax", "0.12.0.1")].row == {"python": "3.12", "jax": "0.12.0.1", "jaxlib": "0.12.0"}
     assert found[("jax", "0.11.2")].runnable
+    # of a major.minor series only the newest runs (all with every=True)
+    assert found[("jax", "0.12.0")].status == "not run: 0.12.0.1 is newer in 0.12 (--all runs it)"
     # the CI row is the base, its other pins (torch 2.13.0 the package depends on only through trainkit-torch) kept
     hf = found[("transformers", "5.25.0")]
     assert hf.runnable and hf.session == ("hf(transformers=5.25.0, accelerate=1.15.0, deepspeed=0.19.8, "
@@ -103,10 +105,14 @@ def test_newer_releases_become_rows_of_the_newest_row_or_are_capped(tool, tmp_pa
     # results from nox's report: a failed runnable release fails the run; capped ones do not
     tool.set_results(newer, {"sessions": [{"name": hf.session, "result": "success"},
                                           {"name": found[("jax", "0.11.2")].session, "result": "failed"},
-                                          {"name": found[("jax", "0.12.0")].session, "result": "skipped"}]})
-    assert hf.result == "pass" and found[("jax", "0.12.0.1")].result == "not run"
-    assert [(item.version, item.result) for item in tool.failed(newer)] == [
-        ("0.11.2", "fail"), ("0.12.0", "skipped"), ("0.12.0.1", "not run")]
+                                          {"name": found[("jax", "0.12.0.1")].session, "result": "skipped"}]})
+    assert hf.result == "pass" and found[("jax", "0.12.0")].result == ""
+    assert [(item.version, item.result) for item in tool.failed(newer)] == [("0.11.2", "fail"), ("0.12.0.1", "skipped")]
+    tool.set_results(newer, {"sessions": []})  # nox ended before its report named them
+    assert {item.result for item in tool.failed(newer)} == {"not run"} and len(tool.failed(newer)) == 3
+    every, _ = tool.find_newer([ROOT / "packages" / "jax"], versions=fake_index, pythons=["3.11", "3.12"],
+                               constraints={}, every=True)
+    assert [item.version for item in every if item.runnable] == ["0.11.2", "0.12.0", "0.12.0.1"]
 
 
 def test_a_companion_without_a_release_leaves_the_row_unrun(tool):

@@ -4,11 +4,12 @@
     python tools/compatibility.py --report R.json [--report RERUN.json]
                                                     # the table from earlier nox --report files; a
                                                     # session in a later file replaces the same one
-    python tools/compatibility.py --latest [--dry-run] [--write]
+    python tools/compatibility.py --latest [--dry-run] [--all] [--package NAME] [--write]
                                                     # releases on the package index newer than each
                                                     # matrix's newest row: runs those pip may install
                                                     # here (`nox -t latest`), reports the ones pip's
-                                                    # constraints or the package's own requirement cap;
+                                                    # constraints or the package's own requirement cap
+                                                    # (the newest of each major.minor; --all: every one);
                                                     # exit status 1 when one that ran failed; --write
                                                     # puts them in the page's "Newer releases" section
 
@@ -86,7 +87,7 @@ def table(report: dict) -> str:
         "The full test matrix (`nox -t matrix`): every row runs the package's whole test suite in its own",
         "environment holding only that package, its framework at the version shown, and the test tools.",
         "Rows come from each package's `[tool.trainkit] test-matrix`; `python tools/compatibility.py`",
-        "reruns them and rewrites this page.",
+        "reruns them and rewrites this page (`--latest`: releases newer than the matrix, below).",
         "",
         f"Last run: {datetime.date.today()}, {platform.machine()}, {platform.system()}, 2 CPU cores, no GPU.",
         "",
@@ -270,9 +271,10 @@ def _companion_version(available: list[Version], version: Version) -> Version | 
 def find_newer(packages: list[Path] | None = None,
                versions: Callable[[str, str], list[Version]] = index_versions,
                constraints: dict[str, list[Constraint]] | None = None,
-               pythons: list[str] | None = None) -> tuple[list[Newer], list[str]]:
+               pythons: list[str] | None = None, every: bool = False) -> tuple[list[Newer], list[str]]:
     """Every stable release newer than the matrices' newest rows (``versions(distribution, python)`` says
-    what the index offers), and "name version (package)" for each followed distribution that has none."""
+    what the index offers), and "name version (package)" for each followed distribution that has none.
+    Of the releases pip may install, only the newest of each major.minor series runs, unless ``every``."""
     packages = [*PACKAGES, THIRDPARTY] if packages is None else packages
     constraints = read_constraints(constraint_files()) if constraints is None else constraints
     pythons = supported_pythons() if pythons is None else pythons
@@ -325,6 +327,9 @@ def find_newer(packages: list[Path] | None = None,
                     if why := cap(name, row[name], python, constraints):
                         status = why
                         break
+            series = max(v for v in first_python if v.release[:2] == version.release[:2])
+            if status == "run" and version != series and not every:
+                status = f"not run: {series} is newer in {version.major}.{version.minor} (--all runs it)"
             found.append(Newer(_package_name(package), distribution, str(version), str(base[distribution]),
                                row, status))
     return found, up_to_date
@@ -399,8 +404,9 @@ def write_latest(section: str, page: Path = PAGE) -> None:
     page.write_text(text[:start].rstrip("\n") + "\n\n" + section + text[notes_at:])
 
 
-def latest(dry_run: bool, write: bool) -> int:
-    newer, up_to_date = find_newer()
+def latest(dry_run: bool, write: bool, every: bool, only: list[str] | None = None) -> int:
+    packages = [p for p in [*PACKAGES, THIRDPARTY] if not only or _package_name(p) in only]
+    newer, up_to_date = find_newer(packages, every=every)
     if not dry_run:
         run_latest(newer, ROOT / ".nox" / "latest-report.json")
     section = latest_section(newer, up_to_date, dry_run)
@@ -420,13 +426,19 @@ def main() -> None:
     parser.add_argument("--latest", action="store_true",
                         help="look up releases newer than each matrix's newest row and run them (nox -t latest)")
     parser.add_argument("--dry-run", action="store_true", help="with --latest: list what is newer, run nothing")
+    parser.add_argument("--package", action="append",
+                        help="with --latest: only this package (core, torch, ..., thirdparty); repeatable")
+    parser.add_argument("--all", action="store_true",
+                        help="with --latest: run every newer release, not only the newest of each major.minor")
     parser.add_argument("--write", action="store_true",
                         help="with --latest: put the results in docs/compatibility.md's \"Newer releases\" section")
     args = parser.parse_args()
+    if args.latest and args.write and args.package:
+        parser.error("--write records every package: leave out --package")
     if args.latest:
-        sys.exit(latest(args.dry_run, args.write))
-    if args.dry_run or args.write:
-        parser.error("--dry-run and --write go with --latest (the full matrix always writes the page)")
+        sys.exit(latest(args.dry_run, args.write, args.all, args.package))
+    if args.dry_run or args.write or args.all or args.package:
+        parser.error("--dry-run, --all and --write go with --latest (the full matrix always writes the page)")
     paths = [Path(p) for p in args.report or [ROOT / ".nox" / "matrix-report.json"]]
     if not args.report:
         subprocess.run([sys.executable, "-m", "nox", "-t", "matrix", "--report", str(paths[0])], cwd=ROOT)
