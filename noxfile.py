@@ -7,6 +7,9 @@
     nox -t torch                            every torch row of the matrix
     nox -s "torch(torch=2.13.0, python=3.11)"
     nox -t matrix                           the full matrix (docs/compatibility.md records it)
+    TRAINKIT_EXTRA_ROWS='{"torch": [{"python": "3.11", "torch": "2.15.0"}]}' nox -t latest
+                                            rows beyond the matrix, tagged ``latest`` only
+                                            (tools/compatibility.py --latest: newer releases)
     nox -l                                  everything
 
 Each package declares its rows in ``[tool.trainkit] test-matrix`` of its pyproject: explicit
@@ -29,6 +32,7 @@ from __future__ import annotations
 import ast
 import functools
 import glob
+import json
 import os
 import re
 import shutil
@@ -162,14 +166,26 @@ def _prepare(package: Path, pins: dict[str, str]) -> list[str]:
     return ["-m", prepare["module"], *(f"{k}=={pins[k]}" for k in prepare["pins"])] if prepare else []
 
 
-def _matrix_session(package: Path, row: dict) -> None:
+def _session_name(package: Path, row: dict) -> str:
+    """``torch(torch=2.13.0, python=3.11)``: the package's name, then the row's pins in their order, then
+    its Python (tools/compatibility.py reads these names back)."""
+    name = "thirdparty" if package == THIRDPARTY else package.name
+    pins = [f"{k}={v}" for k, v in row.items() if k not in ("python", "ci")]
+    return f"{name}({', '.join([*pins, 'python=' + row.get('python', PYTHON)])})"
+
+
+def _matrix_session(package: Path, row: dict, tag: str = "matrix") -> None:
     name = "thirdparty" if package == THIRDPARTY else package.name
     pins = {k: v for k, v in row.items() if k not in ("python", "ci")}
     prepare = _prepare(package, pins)
     python = row.get("python", PYTHON)
-    label = ", ".join([*(f"{k}={v}" for k, v in pins.items()), f"python={python}"])
+    session_name = _session_name(package, row)
+    if session_name in SESSION_NAMES:
+        raise ValueError(f"{session_name} is defined twice (TRAINKIT_EXTRA_ROWS repeats a matrix row?)")
+    SESSION_NAMES.add(session_name)
 
-    @nox.session(python=_interpreter(python), name=f"{name}({label})", tags=[name, "matrix"])
+    # the extra rows run only when asked for (`nox -t latest`), not with a plain `nox`
+    @nox.session(python=_interpreter(python), name=session_name, tags=[name, tag], default=tag == "matrix")
     @_pruned_on_ci
     def run(session: nox.Session) -> None:
         requirements = [f"{k}=={v}" for k, v in pins.items() if f"{k}=={v}" not in prepare]
@@ -196,13 +212,29 @@ def _matrix_session(package: Path, row: dict) -> None:
         else:
             _pytest(session, str(package.relative_to(ROOT) / "tests"), *_own_docs_tests(package))
 
-    if row.get("ci"):
-        CI_SESSIONS[f"{name}({label})"] = _trainkit_table(package).get("ci-minutes", 1)
+    if row.get("ci") and tag == "matrix":
+        CI_SESSIONS[session_name] = _trainkit_table(package).get("ci-minutes", 1)
 
 
+def _extra_rows() -> dict[Path, list[dict]]:
+    """``TRAINKIT_EXTRA_ROWS``: JSON ``{package: [row, ...]}`` (package: a directory name under packages/,
+    or ``thirdparty``; a row as in a test-matrix), rows beyond the pyproject files' matrices.
+    tools/compatibility.py --latest sets it to try newer framework releases."""
+    wanted = json.loads(os.environ.get("TRAINKIT_EXTRA_ROWS") or "{}")
+    packages = {**{p.name: p for p in PACKAGES}, "thirdparty": THIRDPARTY}
+    if unknown := sorted(set(wanted) - set(packages)):
+        raise ValueError(f"TRAINKIT_EXTRA_ROWS names no package {unknown}; packages: {sorted(packages)}")
+    return {packages[name]: rows for name, rows in wanted.items()}
+
+
+SESSION_NAMES: set[str] = set()
 for _package in [*PACKAGES, THIRDPARTY]:
     for _row in _matrix(_package):
         _matrix_session(_package, _row)
+# Tagged ``latest`` only: neither ``matrix`` nor ``ci`` runs them.
+for _package, _rows in _extra_rows().items():
+    for _row in _rows:
+        _matrix_session(_package, {k: str(v) for k, v in _row.items() if k != "ci"}, tag="latest")
 
 
 def _plugins() -> list[Path]:
