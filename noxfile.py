@@ -49,7 +49,8 @@ PACKAGES = sorted(p.parent for p in ROOT.glob("packages/*/pyproject.toml"))
 CORE = ROOT / "packages" / "core"
 THIRDPARTY = ROOT / "tests" / "fixtures" / "thirdparty_plugin"
 PYTHON = "3.11"
-TEST_DEPS = ["pytest>=8", "pytest-timeout", "psutil", "pandas", "scikit-learn", "matplotlib"]
+# pip: the conformance kit's dependency probe and tools/compatibility.py ask it (uv's environments have none)
+TEST_DEPS = ["pytest>=8", "pytest-timeout", "psutil", "pandas", "scikit-learn", "matplotlib", "pip"]
 # Core's tracking tests start a real MLflow server, read event files with TensorBoard's own reader
 # and W&B's offline run files with wandb's; docs/tracking.md uses an MLflow SQLite store.
 TRACKING_TEST_DEPS = ["mlflow>=2.10", "tensorboardX>=2.6", "tensorboard>=2.12", "wandb>=0.16"]

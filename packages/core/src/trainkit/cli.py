@@ -170,7 +170,7 @@ def _default_prewarm() -> list[str]:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from trainkit._internal.cluster import warm
+    from trainkit._internal.cluster import warm, warm_keeper
 
     try:
         idle_s = warm.parse_duration(args.idle_timeout)
@@ -179,7 +179,7 @@ def _up(args: argparse.Namespace) -> int:
         return 2
     prewarm = [m for m in (args.prewarm if args.prewarm is not None else _default_prewarm()) if m != "none"]
     try:
-        record, started = warm.up(idle_s, args.num_cpus, prewarm)
+        record, started = warm_keeper.up(idle_s, args.num_cpus, prewarm)
     except RuntimeError as exc:
         _say(f"trainkit up: {exc}", error=True)
         return 1
@@ -194,9 +194,9 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
-    from trainkit._internal.cluster import warm
+    from trainkit._internal.cluster import warm_keeper
 
-    record = warm.down()
+    record = warm_keeper.down()
     if args.json:
         print(json.dumps({"stopped": record}, indent=1))
     elif record is None:

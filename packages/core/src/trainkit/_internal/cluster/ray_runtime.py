@@ -30,15 +30,14 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import stat
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Callable
 from pathlib import Path
 
 from trainkit._internal.cluster import ray_worker_main, warm, watchdog
+from trainkit._internal.cluster.userdir import private_dir
 
 
 def ensure_ray(**init_kwargs: object) -> None:
@@ -247,18 +246,6 @@ def check_can_ever_place(scaling) -> None:
             " cluster with GPUs (RAY_ADDRESS)." if "GPU" in short and scaling.use_gpu else
             " Lower resources_per_worker, or run on a cluster that has them (RAY_ADDRESS).")
     raise ValueError(f"ScalingConfig: each worker needs {needs}, so no worker can ever start here.{hint}")
-
-
-def private_dir() -> Path:
-    """``$TMPDIR/trainkit-<uid>``: 0700 and this user's, checked (another user may have made it first)."""
-    path = Path(tempfile.gettempdir()) / f"trainkit-{os.getuid()}"
-    path.mkdir(mode=0o700, exist_ok=True)
-    info = path.lstat()
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        raise PermissionError(f"{path} is not a directory of this user's: remove it, or set TMPDIR elsewhere")
-    if stat.S_IMODE(info.st_mode) != 0o700:
-        path.chmod(0o700)
-    return path
 
 
 def _private_auth_token() -> None:

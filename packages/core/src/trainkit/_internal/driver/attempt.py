@@ -448,10 +448,10 @@ class AttemptRunner:
                    f"(node id {worker.node_id[:12]}): its worker process (pid {worker.pid}) needed more memory than its limit allowed; the kernel "
                    f"said: {killed}")
         else:
-            log = ("the kernel's log names no out-of-memory kill of it" if killed == "" else
-                   "e.g. out of memory: the kernel's log could not be read to tell")
+            kernel = ("the kernel's log names no out-of-memory kill of it" if killed == "" else
+                      "e.g. out of memory: the kernel's log could not be read to tell")
             why = (f"died: its worker process (pid {worker.pid}) on node {worker.ip} exited unexpectedly "
-                   f"({type(exc).__name__}; killed by a signal or by the system, {log})")
+                   f"({type(exc).__name__}; killed by a signal or by the system, {kernel})")
         return WorkerGroupError(f"rank {rank} {why}\n\nLast output of rank {rank} (all of it: {log}):\n{tail}",
                                 {rank: exc}, rank=rank, error_type=FailureKind.WORKER_DIED)
 

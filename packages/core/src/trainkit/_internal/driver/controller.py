@@ -97,7 +97,8 @@ class Controller:
                     check_enclosing_reservation(self.scaling.min_workers, self.scaling.worker_resources)
                 self.debug_relay = DebugRelay(self.display, breakpoints, serve=not self.scaling.local_mode)
                 self._prepare_state()
-                stop_watch = ray_runtime.watch_embedded_cluster(self._cluster_died)
+                stop_watch = (lambda: None) if self.scaling.local_mode else \
+                    ray_runtime.watch_embedded_cluster(self._cluster_died)  # local mode never imports Ray
                 try:
                     return self._run_attempts(self._attempt_runner())
                 finally:

@@ -51,7 +51,10 @@ _MISSING = object()
 
 
 def _has(module: str, name: str) -> bool | None:
-    """Whether trainkit's ``module`` has ``name``; None where that module is not installed here."""
+    """Whether trainkit's ``module`` has ``name``; None where that module is not installed here. A
+    private name (``_TorchBackend``) is never a counterpart, installed or not."""
+    if name.startswith("_"):
+        return False
     try:
         target = importlib.import_module(module)
     except ImportError:
@@ -199,7 +202,8 @@ class _Rewriter(ast.NodeVisitor):
             return
         name = used[-1]
         target, new = trainkit_module(ray_module), trainkit_name(ray_module, name)
-        if _has(target, new) is False:
+        # a Ray submodule reached by attribute has no counterpart there, installed or not
+        if f"{ray_module}.{name}" in MODULES or _has(target, new) is False:
             self.left(node, f"{ray_module}.{name} has no trainkit counterpart ({target} has no {new})")
             self.kept.add(statement)
             return
