@@ -73,11 +73,11 @@ def read_record() -> dict[str, Any] | None:
     return record if isinstance(record, dict) and record.get("uid") == os.getuid() else None
 
 
-def _same_process(pid: int, started: str) -> bool:
+def same_process(pid: int, started: str) -> bool:
     return watchdog.identities([pid]).get(pid) == started
 
 
-def _answers(address: str, timeout_s: float = 0.5) -> bool:
+def answers(address: str, timeout_s: float = 0.5) -> bool:
     host, _, port = address.rpartition(":")
     try:
         with socket.create_connection((host, int(port)), timeout=timeout_s):
@@ -93,21 +93,21 @@ def live_record(check_port: bool = True) -> dict[str, Any] | None:
     if record is None:
         return None
     try:
-        keeper_alive = _same_process(int(record["keeper_pid"]), str(record["keeper_started"]))
+        keeper_alive = same_process(int(record["keeper_pid"]), str(record["keeper_started"]))
         gcs = record["processes"]["gcs_server"]
-        usable = keeper_alive and _same_process(int(gcs[0]), str(gcs[1])) and \
+        usable = keeper_alive and same_process(int(gcs[0]), str(gcs[1])) and \
             str(record["address"]).startswith("127.0.0.1:")
     except (KeyError, TypeError, ValueError, IndexError):
         return None
     if not keeper_alive:
-        _remove_record(record)
+        remove_record(record)
         return None
-    if not usable or (check_port and not _answers(record["address"])):
+    if not usable or (check_port and not answers(record["address"])):
         return None
     return record
 
 
-def _remove_record(record: dict[str, Any]) -> None:
+def remove_record(record: dict[str, Any]) -> None:
     """Remove the record if it is still ``record`` (a newer keeper's is left alone)."""
     if read_record() == record:
         try:
@@ -116,7 +116,7 @@ def _remove_record(record: dict[str, Any]) -> None:
             pass
 
 
-def _write_record(record: dict[str, Any]) -> None:
+def write_record(record: dict[str, Any]) -> None:
     path = record_path()
     partial = path.with_name(f".{path.name}.{os.getpid()}")
     with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:

@@ -11,9 +11,8 @@ import time
 from typing import Any
 
 from trainkit._internal.cluster import ray_runtime, watchdog
-from trainkit._internal.cluster.warm import (DEFAULT_IDLE_TIMEOUT_S, KEEPER_ENV, POLL_S, USED, _answers,
-                                            _remove_record, _same_process,
-                                            _write_record, live_record, read_record)
+from trainkit._internal.cluster.warm import (DEFAULT_IDLE_TIMEOUT_S, KEEPER_ENV, POLL_S, USED, answers,
+                                            live_record, read_record, remove_record, same_process, write_record)
 
 
 # -- the keeper -------------------------------------------------------------------------------------
@@ -77,7 +76,7 @@ def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str]) -> in
               "idle_timeout_s": idle_timeout_s, "prewarm": prewarm,
               "auth_mode": os.environ.get("RAY_AUTH_MODE", "token"), "started": time.time(),
               "num_cpus": ray.cluster_resources().get("CPU")}
-    _write_record(record)
+    write_record(record)
     reason = ""
     last_used = time.time()
     try:
@@ -92,7 +91,7 @@ def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str]) -> in
                 break
         reason = reason or f"stopped by {stop[0]}"
     finally:
-        _remove_record(record)
+        remove_record(record)
         ray_runtime._stop_embedded_cluster()
     print(f"trainkit warm cluster {record['address']} stopped: {reason}", flush=True)
     return 0
@@ -113,7 +112,7 @@ def up(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], timeout_
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         record = read_record()
-        if record is not None and record.get("keeper_pid") == keeper.pid and _answers(record["address"]):
+        if record is not None and record.get("keeper_pid") == keeper.pid and answers(record["address"]):
             return record, True
         if keeper.poll() is not None:
             raise RuntimeError(f"the warm cluster's keeper exited with status {keeper.returncode}: "
@@ -136,21 +135,21 @@ def down(timeout_s: float = 30) -> dict[str, Any] | None:
         return None
     roots = {**recorded, keeper[0]: keeper[1]}
     tree = watchdog.tree(roots)  # the keeper, the cluster and everything they started (workers, watchdog)
-    if _same_process(*keeper):
+    if same_process(*keeper):
         os.kill(keeper[0], signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         tree.update(watchdog.tree(roots))
-        if not any(_same_process(pid, started) for pid, started in tree.items()):
+        if not any(same_process(pid, started) for pid, started in tree.items()):
             break
         time.sleep(0.05)
     for pid, started in tree.items():
-        if _same_process(pid, started):
+        if same_process(pid, started):
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-    _remove_record(record)
+    remove_record(record)
     return record
 
 
