@@ -211,3 +211,52 @@ def test_a_rendezvous_port_is_bound_by_rank_0_before_anyone_hears_of_it(ray_clus
     DataParallelTrainer(lambda: None, backend_config=ListeningConfig(), scaling_config=ScalingConfig(num_workers=2),
                         run_config=run_config()).fit()
     assert seen["taken_by_another"] is False and seen["served"] is True
+
+
+def _serve_beside_the_hold(host, port):
+    """A rank's framework binding its held port: a server with SO_REUSEADDR binds beside the hold;
+    one without binds once ``release_port`` let go of it."""
+    import socket
+
+    from trainkit.backend import release_port
+
+    with socket.create_server((host, port)) as server:
+        with socket.create_connection((host, port)):
+            accepted = server.accept()[0]
+        accepted.close()  # after the client's end: TIME_WAIT stays on the client's side, not the port
+    release_port(port)
+    with socket.socket() as plain:
+        plain.bind((host, port))
+    return True
+
+
+class _HoldingBackend(Backend):
+    def on_start(self, worker_group, backend_config):
+        import errno
+        import socket
+
+        offers = worker_group.free_ports(1, hold=True)
+        seen["taken_by_another"] = []
+        for host, (port,) in offers:  # another process on the host binding a port before the framework does
+            try:
+                with socket.socket() as sock:
+                    sock.bind((host, port))
+                seen["taken_by_another"].append(True)
+            except OSError as exc:
+                seen["taken_by_another"].append(exc.errno != errno.EADDRINUSE)
+        seen["served"] = worker_group.execute_per_rank(_serve_beside_the_hold, [(h, p) for h, (p,) in offers])
+
+
+@dataclass
+class HoldingConfig(BackendConfig):
+    @property
+    def backend_cls(self):
+        return _HoldingBackend
+
+
+def test_a_held_port_stays_the_ranks_until_its_framework_binds_it(ray_cluster, run_config):
+    """Issue 44 item 5, for frameworks that bind a named port themselves (JAX's coordinator,
+    TF_CONFIG, LightGBM): ``free_ports(hold=True)`` keeps each port bound in its rank's worker."""
+    DataParallelTrainer(lambda: None, backend_config=HoldingConfig(), scaling_config=ScalingConfig(num_workers=2),
+                        run_config=run_config()).fit()
+    assert seen["taken_by_another"] == [False, False] and seen["served"] == [True, True]

@@ -179,3 +179,54 @@ def test_the_embedded_cluster_leaves_the_drivers_environment_as_it_was(ray_clust
         return os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
 
     assert ray_cluster.get(worker_environment.remote()) == "0"  # the cluster's own processes keep it
+
+
+PORT_THIEF = """
+import glob, os, socket, threading, time
+import ray
+from trainkit._internal.cluster.ray_runtime import ensure_ray
+
+ensure_ray(num_cpus=1)
+node = ray._private.worker._global_node
+[port_file] = glob.glob(os.path.join(node.get_session_dir_path(), "runtime_env_agent_port_*"))
+port = int(open(port_file).read())
+stolen, stop = [], threading.Event()
+
+def thief():  # binds the agent's port the moment nothing holds it (as any process's bind or connection may)
+    while not stop.is_set():
+        sock = socket.socket()
+        try:
+            sock.bind(("127.0.0.1", port))
+            stolen.append(sock)
+            return
+        except OSError:
+            sock.close()
+
+threading.Thread(target=thief, daemon=True).start()
+
+@ray.remote
+def probe():
+    return os.environ.get("TRAINKIT_PROBE")
+
+try:
+    print("probe:", ray.get(probe.options(runtime_env={"env_vars": {"TRAINKIT_PROBE": "set"}}).remote(), timeout=90))
+except Exception as exc:
+    print("probe failed:", type(exc).__name__)
+stop.set()
+print("stolen:", bool(stolen))
+"""
+
+
+def test_the_runtime_env_agents_port_is_never_free_while_it_starts(tmp_path):
+    """The stand-in hands its port to the real agent through an exec and the agent's imports; a
+    process binding that port meanwhile would leave the agent without it, and the raylet, which
+    fate-shares with its agent, would exit. Here a thread tries to bind the port all along."""
+    import pytest
+
+    import ray
+
+    if not hasattr(ray._raylet, "wait_for_persisted_port"):
+        pytest.skip("this Ray release's agents do not report their ports in files: no stand-ins")
+    out = subprocesses.run([sys.executable, "-c", PORT_THIEF], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split("\n")[-3:-1] == ["probe: set", "stolen: False"], out.stdout + out.stderr[-3000:]

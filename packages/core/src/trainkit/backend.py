@@ -32,10 +32,10 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, ContextManager, Mapping, Protocol, Sequence
 
-from trainkit._internal.cluster.net import interface_of, take_listening_socket
+from trainkit._internal.cluster.net import interface_of, release_port, take_listening_socket
 
 __all__ = ["Backend", "BackendConfig", "BackendRegistry", "Rendezvous", "WorkerGroup", "WorkerInfo", "interface_of",
-           "take_listening_socket"]
+           "release_port", "take_listening_socket"]
 
 
 @dataclass(frozen=True)
@@ -116,14 +116,18 @@ class WorkerGroup(Protocol):
         """The host other ranks reach ``rank``'s node at (127.0.0.1 when the group is on one node),
         for a framework server that binds a port of its own choosing (port 0) and publishes it."""
 
-    def free_address(self, rank: int = 0) -> tuple[str, int]:
-        """The host other ranks reach ``rank``'s node at and a TCP port free there now; a framework
-        that binds it later may find it taken in between: prefer ``rendezvous(listen=True)``."""
+    def free_address(self, rank: int = 0, hold: bool = False) -> tuple[str, int]:
+        """The host other ranks reach ``rank``'s node at and a TCP port there. Free now, so a
+        framework that binds it later may find it taken in between (seen in CI under load); with
+        ``hold=True`` rank's worker process holds the port (bound, not listening, SO_REUSEADDR)
+        until ``release_port(port)`` there or the worker's end: a server that sets SO_REUSEADDR
+        (gRPC's, asyncio's, ``socket.create_server``) binds beside the hold; one that does not
+        calls ``release_port(port)`` on that rank just before it binds."""
 
-    def free_ports(self, count: int = 1) -> list[tuple[str, list[int]]]:
-        """For every rank: the host others reach it at and ``count`` ports free there now, none
-        offered twice on one host (for frameworks where every worker listens; the window of
-        ``free_address`` applies)."""
+    def free_ports(self, count: int = 1, hold: bool = False) -> list[tuple[str, list[int]]]:
+        """For every rank: the host others reach it at and ``count`` ports there, none offered
+        twice on one host (for frameworks where every worker listens); ``hold`` as in
+        ``free_address``."""
 
 
 class Backend:

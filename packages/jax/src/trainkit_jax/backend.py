@@ -49,7 +49,8 @@ def _shutdown() -> None:
 
 class JaxBackend(Backend):
     def on_start(self, worker_group, backend_config: JaxConfig) -> None:
-        host, port = worker_group.free_address(0)  # rank 0 hosts the coordinator
+        # rank 0 hosts the coordinator; its worker holds the port until then (gRPC binds beside the hold)
+        host, port = worker_group.free_address(0, hold=True)
         # Ray makes each worker's reserved chips its only visible ones: JAX takes them all.
         platform = backend_config.platform or next(
             (p for p in ("tpu", "gpu") if any(w.accelerator_ids.get(p.upper()) for w in worker_group.workers)), "cpu")

@@ -3,7 +3,10 @@
 
 A port LightGBM has listened on lingers in TIME_WAIT after training, so binding it again fails;
 each worker therefore gets a set of ports up front and every ``get_network_params()`` call moves
-all ranks to the next one (ranks call it in step, once per ``lightgbm.train``).
+all ranks to the next one (ranks call it in step, once per ``lightgbm.train``). The worker holds
+its ports (bound, not listening) so that no other process takes one meanwhile, and lets go of each
+in that call, just before LightGBM binds it (LightGBM's socket sets no SO_REUSEADDR: it cannot bind
+beside the hold).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 
 import trainkit
 from trainkit import Backend
+from trainkit.backend import release_port
 
 from trainkit_lightgbm.config import LightGBMConfig
 
@@ -37,6 +41,7 @@ def get_network_params() -> dict[str, Any]:
                            f"fresh ports for {TRAININGS_PER_ATTEMPT} trainings (LightGBM cannot reuse a port at once)")
     _network["calls"] += 1
     ports = [worker_ports[call] for _, worker_ports in _network["offers"]]
+    release_port(ports[trainkit.get_context().get_world_rank()])  # LightGBM binds without SO_REUSEADDR
     return {"machines": ",".join(f"{host}:{port}" for (host, _), port in zip(_network["offers"], ports)),
             "local_listen_port": ports[trainkit.get_context().get_world_rank()],
             "num_machines": len(ports), "time_out": _network["timeout_min"]}
@@ -54,7 +59,7 @@ def _leave_network() -> None:
 
 class LightGBMBackend(Backend):
     def on_training_start(self, worker_group, backend_config: LightGBMConfig) -> None:
-        offers = worker_group.free_ports(TRAININGS_PER_ATTEMPT)
+        offers = worker_group.free_ports(TRAININGS_PER_ATTEMPT, hold=True)  # each held until its training
         worker_group.execute(_join_network, offers, math.ceil(backend_config.timeout_s / 60))
 
     def on_shutdown(self, worker_group, backend_config: LightGBMConfig) -> None:

@@ -73,7 +73,8 @@ def _teardown() -> None:
 
 class TensorflowBackend(Backend):
     def on_start(self, worker_group, backend_config: TensorflowConfig) -> None:
-        addresses = [f"{host}:{ports[0]}" for host, ports in worker_group.free_ports(1)]
+        # each worker holds its port until its gRPC server binds it (beside the hold)
+        addresses = [f"{host}:{ports[0]}" for host, ports in worker_group.free_ports(1, hold=True)]
         worker_group.execute(_setup, addresses, backend_config.legacy_keras)
 
     def on_shutdown(self, worker_group, backend_config: TensorflowConfig) -> None:

@@ -93,13 +93,13 @@ def _record_handed_ports(ports: list) -> None:
 
     free_address, free_ports, rendezvous = WorkerGroup.free_address, WorkerGroup.free_ports, WorkerGroup.rendezvous
 
-    def recorded_free_address(self, rank: int = 0):
-        host, port = free_address(self, rank)
+    def recorded_free_address(self, rank: int = 0, hold: bool = False):
+        host, port = free_address(self, rank, hold)
         ports.append(port)
         return host, port
 
-    def recorded_free_ports(self, count: int = 1):
-        offers = free_ports(self, count)
+    def recorded_free_ports(self, count: int = 1, hold: bool = False):
+        offers = free_ports(self, count, hold)
         ports.extend(port for _, offered in offers for port in offered)
         return offers
 

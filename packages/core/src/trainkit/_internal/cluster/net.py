@@ -39,11 +39,41 @@ def take_listening_socket(port: int) -> socket.socket | None:
     return _listening.pop(port, None)
 
 
-def host_and_ports(loopback: bool, count: int) -> tuple[str, list[int]]:
-    """The address other processes reach this node at (127.0.0.1 when ``loopback``) and free ports."""
+_held: dict[int, socket.socket] = {}  # this worker's ports held by hold_ports, by port
+
+
+def hold_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports, each held in this process by a socket bound on every interface
+    that does not listen, with SO_REUSEADDR, until ``release_port`` or this process's end. While
+    held, no other process binds the port, nor does the kernel give it to a connection; a server
+    that sets SO_REUSEADDR itself (gRPC's, asyncio's, ``socket.create_server``) binds it beside the
+    hold (Linux lets two reusable sockets share a port while neither listens)."""
+    sockets = []
+    for _ in range(count):
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("", 0))
+        sockets.append(sock)
+    ports = [s.getsockname()[1] for s in sockets]
+    _held.update(zip(ports, sockets))
+    return ports
+
+
+def release_port(port: int) -> None:
+    """Let go of a port ``hold_ports`` holds in this process (none held: nothing to do): for a
+    framework whose server binds without SO_REUSEADDR, just before it binds."""
+    sock = _held.pop(port, None)
+    if sock is not None:
+        sock.close()
+
+
+def host_and_ports(loopback: bool, count: int, hold: bool = False) -> tuple[str, list[int]]:
+    """The address other processes reach this node at (127.0.0.1 when ``loopback``) and ``count``
+    ports, held here (``hold_ports``) or free now."""
     import ray
 
-    return ("127.0.0.1" if loopback else ray.util.get_node_ip_address()), free_ports(count)
+    host = "127.0.0.1" if loopback else ray.util.get_node_ip_address()
+    return host, hold_ports(count) if hold else free_ports(count)
 
 
 def interface_of(ip: str) -> str | None:

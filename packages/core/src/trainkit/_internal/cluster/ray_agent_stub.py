@@ -31,10 +31,17 @@ def stand_in() -> None:
         time.sleep(1.0)
 
 
+def _shared_socket() -> socket.socket:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    return sock
+
+
 def on_first_use(agent: list[str]) -> None:
-    raylet = os.getppid()
-    with socket.socket() as server:
-        server.bind((_flag(agent, "node-ip-address"), 0))
+    raylet, host = os.getppid(), _flag(agent, "node-ip-address")
+    with _shared_socket() as server:
+        server.bind((host, 0))
         server.listen()
         port = server.getsockname()[1]
         port_file = os.path.join(_flag(agent, "session-dir"), f"runtime_env_agent_port_{_flag(agent, 'node-id')}")
@@ -44,6 +51,13 @@ def on_first_use(agent: list[str]) -> None:
         while not select.select([server], [], [], 1.0)[0]:
             if not _raylet_alive(raylet):
                 return
+        # The listener closes at the exec; the agent binds the port a second or more later (its
+        # imports). Meanwhile this socket, bound and not listening, holds the port through the exec
+        # (else another process may take it, the agent fails to bind, and the raylet, which
+        # fate-shares with it, exits). The agent's bind sets SO_REUSEADDR: it binds beside the hold.
+        hold = _shared_socket()
+        hold.bind((host, port))
+        hold.set_inheritable(True)
     agent = [f"--runtime-env-agent-port={port}" if arg.startswith("--runtime-env-agent-port=") else arg
              for arg in agent]
     os.execv(agent[0], agent)

@@ -230,20 +230,21 @@ class WorkerGroup:
         """The host other ranks reach ``rank``'s node at: 127.0.0.1 when the whole group is on one node."""
         return "127.0.0.1" if self._single_node() else self.workers[rank].ip
 
-    def free_address(self, rank: int = 0) -> tuple[str, int]:
-        """A host other ranks reach ``rank``'s node at, and a TCP port free there, for a framework's
+    def free_address(self, rank: int = 0, hold: bool = False) -> tuple[str, int]:
+        """A host other ranks reach ``rank``'s node at, and a TCP port there, for a framework's
         rendezvous: 127.0.0.1 when the whole group is on one node (nothing listens beyond
-        loopback), else that node's IP."""
-        host, (port,) = self.execute_single(rank, net.host_and_ports, self._single_node(), 1)
+        loopback), else that node's IP. The port is free now, or with ``hold`` held by rank's
+        worker until ``backend.release_port`` there or the worker's end (``net.hold_ports``)."""
+        host, (port,) = self.execute_single(rank, net.host_and_ports, self._single_node(), 1, hold)
         return host, port
 
-    def free_ports(self, count: int = 1) -> list[tuple[str, list[int]]]:
+    def free_ports(self, count: int = 1, hold: bool = False) -> list[tuple[str, list[int]]]:
         """For every rank, in rank order: the host other ranks reach it at and ``count`` TCP ports
-        free there, no port offered twice on one host (for frameworks where every worker listens,
-        e.g. LightGBM, TF_CONFIG)."""
+        there (free now, or held as in ``free_address``), no port offered twice on one host (for
+        frameworks where every worker listens, e.g. LightGBM, TF_CONFIG)."""
         for _ in range(5):  # ranks on one node may, rarely, be offered the same free port
             offers = [(host, list(ports))
-                      for host, ports in self.execute(net.host_and_ports, self._single_node(), count)]
+                      for host, ports in self.execute(net.host_and_ports, self._single_node(), count, hold)]
             taken = [(host, port) for host, ports in offers for port in ports]
             if len(set(taken)) == len(taken):
                 return offers
