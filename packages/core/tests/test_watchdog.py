@@ -34,6 +34,9 @@ while not children(gcs.pid):
 watchdog.start([raylet.pid, gcs.pid])
 raylet.kill()
 raylet.wait()  # the cluster stops; the driver lives on, and so does its watchdog
+# A process is known by pid and start time, counted in clock ticks (10 ms): here the pid is reused at
+# once, which the kernel does only after handing out every other pid, never within one tick.
+time.sleep(0.05)
 other = start_as(raylet.pid, ["sleep", "600"])  # someone else's process, with the raylet's old pid
 watchdog._watchdog.stdin.close()  # the pipe closes as when the driver dies
 watchdog._watchdog.wait(timeout=60)
