@@ -14,11 +14,16 @@ from pathlib import Path
 RESULTS = Path(__file__).parent / "results"
 
 
+AFTER_EACH: list = []  # called after every timed process, untimed (a warm cluster settling: WarmCluster)
+
+
 def timed(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 600) -> float:
     """Wall seconds of a whole process; raises with its output if it fails."""
     start = time.perf_counter()
     out = subprocess.run(cmd, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout)
     elapsed = time.perf_counter() - start
+    for settle in AFTER_EACH:
+        settle()
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
     return elapsed
@@ -129,6 +134,7 @@ class WarmCluster:
         if out.returncode:
             raise RuntimeError(f"trainkit up failed: {out.stderr[-2000:]}")
         self.record = json.loads(out.stdout)
+        AFTER_EACH.append(self.settle)
         return self
 
     def idle_rss_mib(self, settle_s: float = 20.0) -> dict:
@@ -146,8 +152,36 @@ class WarmCluster:
                 pass
         return {"total_mib": sum(rss.values()), "processes": len(rss), "per_process_mib": rss}
 
+    def settle(self, quiet_s: float = 1.0, timeout_s: float = 60.0) -> None:
+        """Wait until the warm cluster's processes used no CPU for ``quiet_s`` (its new spare workers
+        imported their framework), so that the next side runs on a quiet machine too."""
+        import psutil
+
+        keeper = psutil.Process(self.record["keeper_pid"])
+        deadline = time.monotonic() + timeout_s
+
+        def cpu() -> float:
+            total = 0.0
+            for proc in [keeper, *keeper.children(recursive=True)]:
+                try:
+                    times = proc.cpu_times()
+                    total += times.user + times.system
+                except psutil.Error:
+                    pass
+            return total
+
+        before = cpu()
+        while time.monotonic() < deadline:
+            time.sleep(quiet_s)
+            now = cpu()
+            if now - before < 0.05 * quiet_s:
+                return
+            before = now
+
     def __exit__(self, *exc) -> None:
         import shutil
+
+        AFTER_EACH.remove(self.settle)
 
         subprocess.run([sys.executable, "-m", "trainkit.cli", "down"], env={**os.environ, **self.env},
                        capture_output=True, timeout=300)

@@ -166,3 +166,102 @@ def test_parse_duration():
     assert parse_duration("0") == 0 and parse_duration("never") == 0
     with pytest.raises(ValueError):
         parse_duration("soon")
+
+
+PIDS_JOB = textwrap.dedent('''
+    import os, sys, time
+    import trainkit
+
+    PIDS, HOLD_S = sys.argv[3], float(sys.argv[4])
+
+    def train_fn():
+        import usermod  # the driver's directory: on the spare's sys.path once taken
+        rank = trainkit.get_context().get_world_rank()
+        with open(os.path.join(PIDS, f"{rank}.pid"), "w") as f:
+            f.write(str(os.getpid()))
+        trainkit.report({"value": usermod.VALUE})
+        time.sleep(HOLD_S)
+
+    trainkit.DataParallelTrainer(
+        train_fn, scaling_config=trainkit.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+        run_config=trainkit.RunConfig(name=sys.argv[2], storage_path=sys.argv[1], verbose=0)).fit()
+''')
+
+
+def _spares(record: dict) -> set[int]:
+    """The pids of the keeper's spare workers: actor processes under the raylet."""
+    raylet = psutil.Process(record["processes"]["raylet"][0])
+    found = set()
+    for proc in raylet.children():
+        try:
+            if proc.cmdline()[:1] == ["ray::Worker"]:
+                found.add(proc.pid)
+        except psutil.Error:
+            pass
+    return found
+
+
+def _wait_for_spares(record: dict, count: int, timeout_s: float = 120) -> set[int]:
+    deadline = time.monotonic() + timeout_s
+    while len(spares := _spares(record)) < count and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(spares) == count, spares
+    return spares
+
+
+def _start_pids_job(ctx, name: str, hold_s: float) -> tuple[subprocess.Popen, Path]:
+    (ctx["code"] / "usermod.py").write_text("VALUE = 1\n")
+    (ctx["code"] / "pids_job.py").write_text(PIDS_JOB)
+    pids = ctx["tmp"] / f"pids-{name}"
+    pids.mkdir()
+    env = {**ctx["env"], "PYTHONPATH": os.pathsep.join(SRC)}  # the user's module only from the driver's directory
+    proc = subprocess.Popen([sys.executable, "pids_job.py", str(ctx["tmp"] / "runs"), name, str(pids), str(hold_s)],
+                            env=env, cwd=ctx["code"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return proc, pids
+
+
+def _worker_pids(pids: Path) -> set[int]:
+    return {int(p.read_text()) for p in pids.glob("*.pid")}
+
+
+def test_runs_take_the_keepers_spares_one_run_each(warm_env):
+    """Issue 47: a fresh driver's workers are the keeper's spares (started before it, the driver's
+    code found from its directory); the keeper starts new ones once the run is over; two drivers at
+    once never share a spare."""
+    up = _cli(warm_env, "up", "--idle-timeout", "0", "--prewarm", "none", "--spares", "2", "--json")
+    assert up.returncode == 0, up.stderr
+    record = json.loads(up.stdout)
+    assert record["spares"] == 2
+    spares = _wait_for_spares(record, 2)
+
+    proc, pids = _start_pids_job(warm_env, "first", 0)
+    out = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, out[-3000:]
+    assert _worker_pids(pids) == spares
+
+    fresh = _wait_for_spares(record, 2)  # started again once no run holds the cluster's CPUs
+    assert not fresh & spares
+    runs = [_start_pids_job(warm_env, f"together{i}", 0) for i in range(2)]
+    for proc, _ in runs:
+        out = proc.communicate(timeout=300)[0]
+        assert proc.returncode == 0, out[-3000:]
+    taken = [_worker_pids(pids) & fresh for _, pids in runs]
+    assert not taken[0] & taken[1] and taken[0] | taken[1] <= fresh
+
+
+def test_a_taken_spare_ends_with_the_driver_that_took_it(warm_env):
+    """The keeper owns its spares, so Ray would keep one running after the driver that took it was
+    SIGKILLed: it ends itself."""
+    up = _cli(warm_env, "up", "--idle-timeout", "0", "--prewarm", "none", "--spares", "2", "--json")
+    assert up.returncode == 0, up.stderr
+    record = json.loads(up.stdout)
+    spares = _wait_for_spares(record, 2)
+    proc, pids = _start_pids_job(warm_env, "killed", 600)
+    deadline = time.monotonic() + 300
+    while len(_worker_pids(pids)) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    workers = _worker_pids(pids)
+    assert workers == spares, proc.stdout.read() if proc.poll() is not None else workers
+    proc.kill()
+    proc.wait()
+    assert _wait_gone([psutil.Process(pid) for pid in workers], 60) == []

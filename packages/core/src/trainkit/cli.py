@@ -159,14 +159,12 @@ def _launch(args: argparse.Namespace) -> int:
 
     return launch(args)
 def _default_prewarm() -> list[str]:
-    """The frameworks to prewarm in the warm cluster's workers: torch where trainkit-torch and torch
-    are installed (what its backend's workers import first)."""
-    from importlib.util import find_spec
+    """The modules to prewarm in the warm cluster's workers: the torch backend's (what its workers
+    import first) where trainkit-torch is installed and loads, else none."""
+    from trainkit._internal.plugins import get_plugins
 
-    try:
-        return ["torch"] if find_spec("trainkit_torch") and find_spec("torch") else []
-    except (ImportError, ValueError):
-        return []
+    entry = get_plugins().backends.entries.get("torch")
+    return list(entry.config_cls.prewarm_modules) if entry is not None else []
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -179,7 +177,9 @@ def _up(args: argparse.Namespace) -> int:
         return 2
     prewarm = [m for m in (args.prewarm if args.prewarm is not None else _default_prewarm()) if m != "none"]
     try:
-        record, started = warm_keeper.up(idle_s, args.num_cpus, prewarm)
+        if args.spares is not None and args.spares < 0:
+            raise RuntimeError(f"--spares {args.spares}: give 0 (none) or more")
+        record, started = warm_keeper.up(idle_s, args.num_cpus, prewarm, args.spares)
     except RuntimeError as exc:
         _say(f"trainkit up: {exc}", error=True)
         return 1
@@ -189,7 +189,8 @@ def _up(args: argparse.Namespace) -> int:
     idle = f"stops after {record['idle_timeout_s']:g} s unused" if record["idle_timeout_s"] else "no idle timeout"
     _say(f"warm cluster {'started' if started else 'already up'} at {record['address']} (keeper pid "
          f"{record['keeper_pid']}, {record.get('num_cpus') or '?'} CPUs, {idle}, prewarm: "
-         f"{', '.join(record['prewarm']) or 'nothing'}); `trainkit down` stops it")
+         f"{', '.join(record['prewarm']) or 'nothing'}, {record.get('spares', 0)} spare workers); "
+         "`trainkit down` stops it")
     return 0
 
 
@@ -279,7 +280,9 @@ def main(argv: list[str] | None = None) -> int:
                     "2h, or 0 for never (default: 30m)")
     up.add_argument("--num-cpus", type=int, help="CPUs the cluster offers (default: the machine's)")
     up.add_argument("--prewarm", action="append", metavar="MODULE", help="a module its idle workers import ahead "
-                    "of a run; repeat for more, `none` for nothing (default: torch where trainkit-torch is installed)")
+                    "of a run; repeat for more, `none` for nothing (default: the torch backend's modules where trainkit-torch is installed)")
+    up.add_argument("--spares", type=int, metavar="N", help="worker processes it keeps started, with the prewarm "
+                    "modules imported, for the next run to take (default: one per CPU, at most 4; 0 for none)")
     up.add_argument("--json", action="store_true", help="machine-readable output: the cluster's record")
     up.set_defaults(func=_up)
     down = commands.add_parser("down", help="stop the warm local cluster; nothing of it is left running")

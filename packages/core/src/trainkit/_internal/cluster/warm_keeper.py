@@ -11,8 +11,11 @@ import time
 from typing import Any
 
 from trainkit._internal.cluster import ray_runtime, watchdog
+from trainkit._internal.worker import keeper_spares
 from trainkit._internal.cluster.warm import (DEFAULT_IDLE_TIMEOUT_S, KEEPER_ENV, POLL_S, USED, answers,
                                             live_record, read_record, remove_record, same_process, write_record)
+
+DEFAULT_SPARES = 4
 
 
 # -- the keeper -------------------------------------------------------------------------------------
@@ -22,6 +25,17 @@ def _cluster_processes() -> dict[str, list[int]]:
     node = ray._private.worker._global_node
     processes = getattr(node, "all_processes", None) or {}
     return {kind: [info.process.pid for info in infos] for kind, infos in processes.items()}
+
+
+def _cluster_idle() -> bool:
+    """No run holds any of the cluster's CPUs: new spares (a process start and the framework's
+    import each) would not slow one down."""
+    import ray
+
+    try:
+        return ray.available_resources().get("CPU", 0) >= ray.cluster_resources().get("CPU", 0)
+    except Exception:  # noqa: BLE001 - the GCS is going away: the loop's check ends the keeper
+        return False
 
 
 def _last_used(since: float) -> float:
@@ -47,9 +61,11 @@ def _last_used(since: float) -> float:
     return latest
 
 
-def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str]) -> int:
-    """The keeper: start the cluster, record it, watch it; stop it on SIGTERM/SIGINT/SIGHUP, when
-    no driver used it for ``idle_timeout_s`` (0: never), or when its GCS or raylet ends."""
+def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spares: int | None = None) -> int:
+    """The keeper: start the cluster, record it, watch it and keep ``spares`` spare workers ready
+    (``keeper_spares``; default: one per CPU, at most ``DEFAULT_SPARES``); stop it on
+    SIGTERM/SIGINT/SIGHUP, when no driver used it for ``idle_timeout_s`` (0: never), or when its
+    GCS or raylet ends."""
     os.environ[KEEPER_ENV] = "1"
     if prewarm:  # the raylet, and through it every worker it starts, inherits it (ray_worker_main.py)
         os.environ["TRAINKIT_WORKER_PREWARM"] = ",".join(prewarm)
@@ -66,6 +82,9 @@ def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str]) -> in
     node = ray._private.worker._global_node
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # Ray's start installs its own
         signal.signal(sig, on_signal)
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    pool = keeper_spares.Pool(min(cpus, DEFAULT_SPARES) if spares is None else spares, tuple(prewarm))
+    pool.refill()  # started now, ready for the first driver
     pids = _cluster_processes()
     all_pids = [pid for group in pids.values() for pid in group]
     starts = watchdog.identities(all_pids + [os.getpid()])
@@ -73,7 +92,7 @@ def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str]) -> in
               "keeper_started": starts[os.getpid()], "session_dir": node.get_session_dir_path(),
               "processes": {kind: [group[0], starts.get(group[0], "")] for kind, group in pids.items() if group},
               "pids": {str(pid): starts[pid] for pid in all_pids if pid in starts},
-              "idle_timeout_s": idle_timeout_s, "prewarm": prewarm,
+              "idle_timeout_s": idle_timeout_s, "prewarm": prewarm, "spares": pool.size,
               "auth_mode": os.environ.get("RAY_AUTH_MODE", "token"), "started": time.time(),
               "num_cpus": ray.cluster_resources().get("CPU")}
     write_record(record)
@@ -85,6 +104,7 @@ def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str]) -> in
             if (down := ray_runtime.embedded_cluster_down()) is not None:
                 reason = down
                 break
+            pool.refill(start_new=_cluster_idle())
             last_used = _last_used(last_used)
             if idle_timeout_s and time.time() - last_used >= idle_timeout_s:
                 reason = f"idle for {idle_timeout_s:g} s"
@@ -98,13 +118,15 @@ def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str]) -> in
 
 
 # -- up / down ------------------------------------------------------------------------------------
-def up(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], timeout_s: float = 120) -> tuple[dict, bool]:
+def up(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spares: int | None = None,
+       timeout_s: float = 120) -> tuple[dict, bool]:
     """Start the keeper (detached) unless a warm cluster is up; (its record, started now)."""
     if (record := live_record()) is not None:
         return record, False
     log = ray_runtime.private_dir() / "warm.log"
     command = [sys.executable, "-m", "trainkit._internal.cluster.warm_keeper", "--idle-timeout", str(idle_timeout_s),
-               *(["--num-cpus", str(num_cpus)] if num_cpus else []), *[f"--prewarm={m}" for m in prewarm]]
+               *(["--num-cpus", str(num_cpus)] if num_cpus else []), *[f"--prewarm={m}" for m in prewarm],
+               *(["--spares", str(spares)] if spares is not None else [])]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     with open(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
         keeper = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
@@ -160,8 +182,9 @@ def _main(argv: list[str]) -> int:
     parser.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT_S)
     parser.add_argument("--num-cpus", type=int)
     parser.add_argument("--prewarm", action="append", default=[])
+    parser.add_argument("--spares", type=int)
     args = parser.parse_args(argv)
-    return serve(args.idle_timeout, args.num_cpus, args.prewarm)
+    return serve(args.idle_timeout, args.num_cpus, args.prewarm, args.spares)
 
 
 if __name__ == "__main__":

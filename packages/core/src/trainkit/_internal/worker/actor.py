@@ -62,6 +62,34 @@ def failure_event(rank: int, exc: BaseException) -> Failed:
 
 
 DRIVER_CWD = "TRAINKIT_DRIVER_CWD"  # set by a driver on the warm cluster: its workers run where it runs, as on the embedded one
+CLAIMER_WATCH_S = 0.5  # how often a claimed spare checks that the driver that claimed it still runs
+
+
+def actor_options(resources: dict[str, float], runtime_env: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Ray's options for a worker actor holding ``resources`` (a spare waits holding none: ``{}``)."""
+    custom = {k: v for k, v in resources.items() if k not in ("CPU", "GPU", "memory")}
+    options: dict[str, Any] = {"num_cpus": resources.get("CPU", 0), "num_gpus": resources.get("GPU", 0),
+                               "max_concurrency": 4, "max_restarts": 0}
+    if "memory" in resources:
+        options["memory"] = resources["memory"]
+    if custom:
+        options["resources"] = custom
+    if runtime_env:
+        options["runtime_env"] = runtime_env
+    return options
+
+
+def start_actor(prewarm_modules: tuple[str, ...], **options: Any) -> Any:
+    """A worker actor, not waited for, importing ``prewarm_modules`` in the background."""
+    global _worker_class
+    import ray
+
+    if _worker_class is None:  # one ActorClass: Ray pickles and exports a new one at each creation (~50 ms)
+        _worker_class = ray.remote(Worker)
+    return _worker_class.options(**options).remote(prewarm_modules)
+
+
+_worker_class: Any = None
 
 
 class Worker:
@@ -74,6 +102,8 @@ class Worker:
             self._prewarm = threading.Thread(target=self._import_all, args=(prewarm_modules,), daemon=True)
             self._prewarm.start()
         self._events = EventQueue()
+        self._claim_lock = threading.Lock()
+        self._claimer: tuple[int, str] | None = None  # the driver that took this keeper's spare: (pid, start time)
         self._session: Session | None = None
         self._context: TrainContext | None = None
         self._driver_node: str | None = None  # Ray's id of the driver's node
@@ -94,6 +124,34 @@ class Worker:
         self._preemption = info
         if self._session is not None:
             self._session.preemption_info = info
+
+    def claim(self, claimer: tuple[int, str], modules: tuple[str, ...], sys_path: list[str]) -> bool:
+        """A driver takes this spare of the warm cluster's keeper (``keeper_spares``): True for the
+        first claim only. The process then imports ``modules`` (the group's framework) if its own
+        prewarm did not, finds the driver's code where Ray would put it (``sys_path``), and ends
+        itself when the claiming process (pid, start time) ends without stopping it: its keeper
+        owns it, so Ray would not."""
+        with self._claim_lock:
+            if self._claimer is not None:
+                return False
+            self._claimer = claimer
+        sys.path[:0] = [p for p in sys_path if p not in sys.path]
+        if modules and (self._prewarm is None or not self._prewarm.is_alive()):
+            self._prewarm = threading.Thread(target=self._import_all, args=(modules,), daemon=True)
+            self._prewarm.start()
+        threading.Thread(target=self._end_with_claimer, name="trainkit-claimer-watch", daemon=True).start()
+        return True
+
+    def claimed(self) -> bool:
+        return self._claimer is not None
+
+    def _end_with_claimer(self) -> None:
+        from trainkit._internal.cluster.watchdog import identities
+
+        pid, started = self._claimer
+        while identities([pid]).get(pid) == started:
+            time.sleep(CLAIMER_WATCH_S)
+        os._exit(1)
 
     def _import_all(self, modules: tuple[str, ...]) -> None:
         start = time.monotonic()

@@ -55,12 +55,17 @@ def fits_in_a_row() -> bool:
     return _fits > 1
 
 
+def fits(resources: dict[str, float]) -> bool:
+    """Workers with ``resources`` may be prestarted (CPU-only, at most one CPU each)."""
+    return os.environ.get("TRAINKIT_WARM_WORKERS", "1") != "0" and not set(resources) - {"CPU", "memory"} \
+        and resources.get("CPU", 0) <= 1
+
+
 def shape(num_workers: int, resources: dict[str, float], prewarm_modules: tuple[str, ...],
           runtime_env: str = "") -> Shape | None:
-    """The shape of a group that may take prestarted workers; None for one that never can."""
-    if os.environ.get("TRAINKIT_WARM_WORKERS", "1") == "0" or ray_runtime.own_cluster() is None:
-        return None
-    if set(resources) - {"CPU", "memory"} or resources.get("CPU", 0) > 1:
+    """The shape of a group that may take this driver's prestarted workers; None for one that never
+    can, or on the warm cluster, whose keeper holds spares for every driver (``keeper_spares``)."""
+    if ray_runtime.embedded_node() is None or not fits(resources):
         return None
     return Shape(num_workers, prewarm_modules, runtime_env)
 
@@ -69,7 +74,7 @@ def take(wanted: Shape | None) -> list[Any] | None:
     """The prestarted workers when they match ``wanted``; any others are stopped."""
     global _spare
     spare, _spare = _spare, None
-    if spare is None or spare.node is not ray_runtime.own_cluster():  # none, or of a cluster since stopped
+    if spare is None or spare.node is not ray_runtime.embedded_node():  # none, or of a cluster since stopped
         return None
     if spare.shape == wanted:
         return spare.actors
@@ -82,12 +87,12 @@ def prestart(wanted: Shape | None, start_actor: Callable[[tuple[str, ...]], Any]
     waited for; those of ``wanted`` started already are kept."""
     global _spare
     if wanted is not None and _spare is not None and _spare.shape == wanted \
-            and _spare.node is ray_runtime.own_cluster():
+            and _spare.node is ray_runtime.embedded_node():
         return
     take(None)
     if wanted is not None:
         actors = [start_actor(wanted.prewarm_modules) for _ in range(wanted.num_workers)]
-        _spare = Spare(wanted, actors, ray_runtime.own_cluster())
+        _spare = Spare(wanted, actors, ray_runtime.embedded_node())
 
 
 def _kill(actors: list[Any]) -> None:

@@ -10,8 +10,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from trainkit._internal.cluster import net, ray_runtime, tpu
 from trainkit._internal.cluster.reservation import reserved_bundles
 from trainkit._internal.worker import runtime_env as runtime_envs
-from trainkit._internal.worker import spare
-from trainkit._internal.worker.actor import DRIVER_CWD, Worker
+from trainkit._internal.worker import keeper_spares, spare
+from trainkit._internal.worker.actor import DRIVER_CWD, actor_options, start_actor
 from trainkit._internal.worker.context_types import TrainContext
 from trainkit.backend import Rendezvous, WorkerInfo
 from trainkit.config import ScalingConfig
@@ -42,19 +42,6 @@ def _take_kept_placement(key: tuple | None) -> Any:
     if ray.is_initialized():  # else it went with its cluster
         remove_placement_group(kept[1])
     return None
-
-
-def _actor_options(resources: dict[str, float], runtime_env: dict[str, Any] | None = None) -> dict[str, Any]:
-    custom = {k: v for k, v in resources.items() if k not in ("CPU", "GPU", "memory")}
-    options: dict[str, Any] = {"num_cpus": resources.get("CPU", 0), "num_gpus": resources.get("GPU", 0),
-                               "max_concurrency": 4, "max_restarts": 0}
-    if "memory" in resources:
-        options["memory"] = resources["memory"]
-    if custom:
-        options["resources"] = custom
-    if runtime_env:
-        options["runtime_env"] = runtime_env
-    return options
 
 
 class WorkerGroup:
@@ -125,11 +112,15 @@ class WorkerGroup:
                 remove_placement_group(claim)
         spare_shape = None if reserved or any(selectors) else spare.shape(num_workers, resources, prewarm_modules,
                                                                          runtime_envs.key(runtime_env))
-        options = _actor_options(resources, runtime_env)
-        actors = spare.take(spare_shape) or [
-            _start_actor(prewarm_modules, **options, scheduling_strategy=PlacementGroupSchedulingStrategy(
+        options = actor_options(resources, runtime_env)
+        actors = spare.take(spare_shape) or []
+        if not actors and ray_runtime.warm_address() and not (reserved or any(selectors) or runtime_env) \
+                and spare.fits(resources):
+            actors = keeper_spares.claim(num_workers, prewarm_modules)
+        actors += [
+            start_actor(prewarm_modules, **options, scheduling_strategy=PlacementGroupSchedulingStrategy(
                 pg, placement_group_bundle_index=first_bundle + i))
-            for i in range(num_workers)
+            for i in range(len(actors), num_workers)
         ]
         try:
             infos = ray.get([a.node_info.remote() for a in actors])
@@ -278,13 +269,7 @@ class WorkerGroup:
     def prestart_next(self) -> None:
         """Prestart the workers of the next group of this shape (the next attempt, the next fit)."""
         spare.prestart(self._spare_shape,
-                       lambda modules: _start_actor(modules, **_actor_options({}, self._runtime_env)))
-
-
-def _start_actor(prewarm_modules: tuple[str, ...], **options: Any) -> Any:
-    import ray
-
-    return ray.remote(Worker).options(**options).remote(prewarm_modules)
+                       lambda modules: start_actor(modules, **actor_options({}, self._runtime_env)))
 
 
 def _assign_ranks(actors: list[Any], infos: list[dict], node_key: Callable[[dict, int], Any]) -> list[WorkerInfo]:
