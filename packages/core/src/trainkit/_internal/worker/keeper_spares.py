@@ -31,10 +31,12 @@ CLAIM_WAIT_S = 30.0  # the most a driver waits for a spare it asked (one still s
 
 
 def driver_sys_path() -> list[str]:
-    """Where the driver's code is, as Ray puts it on its job's workers: the script's directory and
-    the working directory."""
+    """Where the driver's code is, as Ray puts it on the workers of the driver's own job: the
+    script's directory where it is on the driver's ``sys.path`` (not under ``python -m``), and the
+    working directory."""
     script = os.path.dirname(os.path.realpath(sys.argv[0])) if sys.argv and sys.argv[0] else ""
-    return [p for p in dict.fromkeys([script, os.getcwd()]) if p and os.path.isdir(p)]
+    paths = [script] if script in sys.path else []
+    return list(dict.fromkeys([*paths, os.path.abspath(os.curdir)]))
 
 
 def claim(count: int, modules: tuple[str, ...]) -> list[Any]:
