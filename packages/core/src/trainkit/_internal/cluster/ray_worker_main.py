@@ -49,27 +49,8 @@ def lazy_pydantic() -> None:
     addons.apply = apply
 
 
-def prewarm(modules: str) -> None:
-    """The warm cluster's workers (``trainkit up --prewarm torch``) start importing the framework
-    in the background as soon as they exist, before any run claims them: a run's worker then finds
-    it imported (or being imported) instead of starting the import itself. Modules only, never a
-    user's code: every run still gets processes that never ran another run's code."""
-    import threading
-
-    def run() -> None:
-        for name in filter(None, (m.strip() for m in modules.split(","))):
-            try:
-                __import__(name)
-            except Exception:  # noqa: BLE001 - the run's own import reports any problem
-                pass
-
-    threading.Thread(target=run, name="trainkit-prewarm", daemon=True).start()
-
-
 if __name__ == "__main__":
     lazy_pydantic()
-    if os.environ.get("TRAINKIT_WORKER_PREWARM"):
-        prewarm(os.environ["TRAINKIT_WORKER_PREWARM"])
     import ray._private.workers
 
     sys.argv[0] = os.path.join(os.path.dirname(ray._private.workers.__file__), "default_worker.py")

@@ -14,11 +14,10 @@ record only when the record is this user's, its keeper and GCS are the very proc
 the driver starts its embedded cluster as before. ``RAY_ADDRESS`` still wins; so does
 ``TRAINKIT_WARM=0`` (never attach).
 
-Workers stay per run: Ray gives every actor a process of its own and every job its own workers,
-so a run gets fresh worker processes that never ran another run's code. What the warm cluster
-saves is Ray's start (GCS, raylet, agents) and, for the next driver, the raylet's prestarted idle
-workers, which have imported Ray and, with ``--prewarm``, begun importing the framework (in a
-background thread of the worker process, ``ray_worker_main.py``): nothing of a user's code.
+Workers stay per run: every run gets fresh worker processes that never ran another run's code.
+What the warm cluster saves is Ray's start (GCS, raylet, agents) and the workers' start: its keeper
+holds spare worker processes with ``--prewarm``'s modules imported, which the next driver takes
+(``keeper_spares.py``): nothing of a user's code runs in one before it is taken.
 """
 
 from __future__ import annotations

@@ -67,8 +67,6 @@ def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spare
     SIGTERM/SIGINT/SIGHUP, when no driver used it for ``idle_timeout_s`` (0: never), or when its
     GCS or raylet ends."""
     os.environ[KEEPER_ENV] = "1"
-    if prewarm:  # the raylet, and through it every worker it starts, inherits it (ray_worker_main.py)
-        os.environ["TRAINKIT_WORKER_PREWARM"] = ",".join(prewarm)
     stop: list[str] = []
 
     def on_signal(signum: int, _frame: Any) -> None:
