@@ -45,11 +45,13 @@ def claim(count: int, modules: tuple[str, ...]) -> list[Any]:
 
     if os.environ.get("TRAINKIT_WARM_WORKERS", "1") == "0":
         return []
+    started = identities([os.getpid()]).get(os.getpid())
+    if started is None:  # no /proc: a spare could not tell when this process is gone
+        return []
     names = [entry["name"] for entry in ray.util.list_named_actors(all_namespaces=True)
              if entry.get("namespace") == NAMESPACE and entry["name"].startswith(PREFIX)]
     random.shuffle(names)  # two drivers at once mostly ask different spares
-    me = (os.getpid(), identities([os.getpid()])[os.getpid()])
-    path = driver_sys_path()
+    me, path = (os.getpid(), started), driver_sys_path()
     got: list[Any] = []
     while names and len(got) < count:
         asked = {}
@@ -60,6 +62,8 @@ def claim(count: int, modules: tuple[str, ...]) -> list[Any]:
                 continue
             asked[actor.claim.remote(me, modules, path)] = actor
         names = names[count - len(got):]
+        if not asked:
+            continue
         ready, late = ray.wait(list(asked), num_returns=len(asked), timeout=CLAIM_WAIT_S)
         for ref in ready:
             try:
