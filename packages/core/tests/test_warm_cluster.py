@@ -214,7 +214,8 @@ def _start_pids_job(ctx, name: str, hold_s: float) -> tuple[subprocess.Popen, Pa
     (ctx["code"] / "pids_job.py").write_text(PIDS_JOB)
     pids = ctx["tmp"] / f"pids-{name}"
     pids.mkdir()
-    env = {**ctx["env"], "PYTHONPATH": os.pathsep.join(SRC)}  # the user's module only from the driver's directory
+    # the user's module only from the driver's directory; spares on (CI's sessions turn them off)
+    env = {**ctx["env"], "PYTHONPATH": os.pathsep.join(SRC), "TRAINKIT_WARM_WORKERS": "1"}
     proc = subprocess.Popen([sys.executable, "pids_job.py", str(ctx["tmp"] / "runs"), name, str(pids), str(hold_s)],
                             env=env, cwd=ctx["code"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return proc, pids
