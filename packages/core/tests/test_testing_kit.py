@@ -177,6 +177,10 @@ def _install_toy_plugin(site: Path, monkeypatch, module: str = "trainkit_toyfw",
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(TOY), os.environ.get("PYTHONPATH", "")]))
 
 
+# About 30 conformance tests in one pytest run, each with its own clusters (the two-node probe
+# starts a multi-node one): 270 s on a busy CI machine. The default 300 s is a hang detector sized
+# for one test; each inner test keeps it (--timeout=300 below).
+@pytest.mark.timeout(1800)
 def test_backend_conformance_fails_each_seeded_mistake_and_passes_the_correct_plugin(run_tests, tmp_path,
                                                                                      monkeypatch):
     _install_toy_plugin(tmp_path / "site", monkeypatch)
