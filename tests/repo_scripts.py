@@ -60,9 +60,9 @@ def run_migrated_script(name: str, tmp_path: Path) -> str:
     return out.stdout
 
 
-def run_example(name: str, storage: Path) -> str:
+def run_example(name: str, storage: Path, timeout_s: float = 300) -> str:
     """Run ``examples/<name>.py`` with its runs under ``storage``; its stdout."""
     out = subprocesses.run([sys.executable, str(EXAMPLES / f"{name}.py")], capture_output=True, text=True,
-                           timeout=300, env={**os.environ, "TRAINKIT_STORAGE_PATH": str(storage)})
+                           timeout=timeout_s, env={**os.environ, "TRAINKIT_STORAGE_PATH": str(storage)})
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout

@@ -35,8 +35,9 @@ def test_jax_example_trains_across_2_processes(tmp_path):
     assert accuracy > 0.9
 
 
+@pytest.mark.timeout(900)  # a 4-trial search, 150 s on a busy CI machine: the default 300 s is a hang bound for less
 def test_tune_example_searches_with_asha(tmp_path):
-    stdout = run_example("tune_digits", tmp_path)
+    stdout = run_example("tune_digits", tmp_path, timeout_s=800)
     print(stdout)
     trials, errors, stopped = map(int, re.search(r"trials: (\d+), errors: (\d+), stopped early by ASHA: (\d+)",
                                                  stdout).groups())
