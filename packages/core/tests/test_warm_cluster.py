@@ -266,3 +266,40 @@ def test_a_taken_spare_ends_with_the_driver_that_took_it(warm_env):
     proc.kill()
     proc.wait()
     assert _wait_gone([psutil.Process(pid) for pid in workers], 60) == []
+
+
+LAUNCHED = textwrap.dedent('''
+    import os, sys
+    import usermod  # beside the script: sys.path[0], as under python script.py
+    print(f"RANK {os.environ['RANK']} PPID {os.getppid()} VALUE {usermod.VALUE}", flush=True)
+    sys.exit(usermod.EXIT)
+''')
+
+
+def _fork_server(record: dict, timeout_s: float = 120) -> psutil.Process:
+    keeper = psutil.Process(record["keeper_pid"])
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for proc in keeper.children():
+            try:
+                if "trainkit._internal.cluster.forkserver" in proc.cmdline():
+                    return proc
+            except psutil.Error:
+                pass
+        time.sleep(0.1)
+    raise AssertionError("the keeper started no fork server")
+
+
+def test_launch_forks_each_rank_from_the_fork_server_and_sees_edits(warm_env):
+    up = _cli(warm_env, "up", "--idle-timeout", "0", "--prewarm", "json", "--spares", "0", "--json")
+    assert up.returncode == 0, up.stderr
+    server = _fork_server(json.loads(up.stdout))
+    script = warm_env["code"] / "launched.py"
+    script.write_text(LAUNCHED)
+    for value, code in ((1, 0), (2, 0), (3, 5)):  # the user's module edited between the launches
+        (warm_env["code"] / "usermod.py").write_text(f"VALUE = {value}\nEXIT = {code}\n")
+        done = _cli(warm_env, "launch", "--nproc", "2", "--name", f"forked{value}", str(script))
+        assert done.returncode == code, done.stdout[-3000:] + done.stderr[-3000:]
+        lines = [line.split("RANK ", 1)[1].split() for line in done.stdout.splitlines() if "RANK " in line]
+        assert sorted(rank for rank, *_ in lines) == ["0", "1"], done.stdout
+        assert {(ppid, got) for _, _, ppid, _, got in lines} == {(str(server.pid), str(value))}

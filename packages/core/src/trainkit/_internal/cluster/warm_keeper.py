@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Any
 
-from trainkit._internal.cluster import ray_runtime, watchdog
+from trainkit._internal.cluster import forkserver, ray_runtime, watchdog
 from trainkit._internal.worker import keeper_spares
 from trainkit._internal.cluster.warm import (DEFAULT_IDLE_TIMEOUT_S, KEEPER_ENV, POLL_S, USED, answers,
                                             live_record, read_record, remove_record, same_process, write_record)
@@ -61,6 +61,36 @@ def _last_used(since: float) -> float:
     return latest
 
 
+class _ForkServer:
+    """The keeper's fork server for ``trainkit launch``'s scripts (``forkserver.py``), started again
+    when it ended (a ``pip install`` since it started ends it) once no run is going."""
+
+    RESTART_AFTER_S = 10.0  # the least time between two starts: a server that cannot start costs little
+
+    def __init__(self, modules: list[str]):
+        self.address = str(ray_runtime.private_dir() / "forkserver.sock")
+        self.modules = modules
+        self._proc: subprocess.Popen | None = None
+        self._started = -self.RESTART_AFTER_S
+        self.usable = bool(modules) and len(self.address.encode()) < 100  # a Unix socket's path is short
+        if self.usable:
+            os.environ[forkserver.ENV] = self.address  # the cluster's workers inherit it
+
+    def keep(self, start_new: bool = True) -> None:
+        if not self.usable or (self._proc is not None and self._proc.poll() is None):
+            return
+        if start_new and time.monotonic() - self._started >= self.RESTART_AFTER_S:
+            self._started = time.monotonic()
+            self._proc = subprocess.Popen([sys.executable, "-m", "trainkit._internal.cluster.forkserver",
+                                           self.address, str(os.getpid()), *self.modules],
+                                          stdin=subprocess.DEVNULL, cwd="/")
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()  # its scripts get SIGKILL with it (PR_SET_PDEATHSIG)
+            self._proc.wait()
+
+
 def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spares: int | None = None) -> int:
     """The keeper: start the cluster, record it, watch it and keep ``spares`` spare workers ready
     (``keeper_spares``; default: one per CPU, at most ``DEFAULT_SPARES``); stop it on
@@ -76,6 +106,7 @@ def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spare
         signal.signal(sig, on_signal)
     import ray
 
+    forks = _ForkServer(prewarm)
     ray_runtime.ensure_ray(**({"num_cpus": num_cpus} if num_cpus else {}))
     node = ray._private.worker._global_node
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # Ray's start installs its own
@@ -83,6 +114,7 @@ def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spare
     cpus = int(ray.cluster_resources().get("CPU", 1))
     pool = keeper_spares.Pool(min(cpus, DEFAULT_SPARES) if spares is None else spares, tuple(prewarm))
     pool.refill()  # started now, ready for the first driver
+    forks.keep()
     pids = _cluster_processes()
     all_pids = [pid for group in pids.values() for pid in group]
     starts = watchdog.identities(all_pids + [os.getpid()])
@@ -102,7 +134,9 @@ def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spare
             if (down := ray_runtime.embedded_cluster_down()) is not None:
                 reason = down
                 break
-            pool.refill(start_new=_cluster_idle())
+            idle = _cluster_idle()
+            pool.refill(start_new=idle)
+            forks.keep(start_new=idle)
             last_used = _last_used(last_used)
             if idle_timeout_s and time.time() - last_used >= idle_timeout_s:
                 reason = f"idle for {idle_timeout_s:g} s"
@@ -110,6 +144,7 @@ def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spare
         reason = reason or f"stopped by {stop[0]}"
     finally:
         remove_record(record)
+        forks.stop()
         ray_runtime._stop_embedded_cluster()
     print(f"trainkit warm cluster {record['address']} stopped: {reason}", flush=True)
     return 0

@@ -7,7 +7,9 @@ MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_USE_AGENT_STO
 rank 0's worker's, as torchrun's agent's). A subprocess, not ``runpy`` in the worker:
 the script gets a main thread (signal handlers), its own ``__main__`` (multiprocessing's spawn
 re-imports it), ``sys.exit``/``os._exit`` codes and fd-level output (C extensions, child processes)
-exactly as under torchrun, and module-level state never leaks from one attempt into the next.
+exactly as under torchrun, and module-level state never leaks from one attempt into the next. On the
+warm cluster (``trainkit up``) its fork server starts that process with the framework imported
+already, where the result is the same (``cluster/forkserver.py``); elsewhere it is a new interpreter.
 
 Signals as under torchrun: the script starts in its own session with an empty signal mask and default
 dispositions (Ray's processes block SIGINT). The launcher's SIGTERM, SIGINT, SIGHUP and SIGQUIT
@@ -39,6 +41,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Client, Listener
 from typing import Any
 
+from trainkit._internal.cluster import forkserver
 from trainkit._internal.driver.signals import Interrupted
 from trainkit._internal.driver.signals import handler as stop_signal
 from trainkit._internal.worker.debugger import RAYS_HOOKS
@@ -179,6 +182,7 @@ def run_script(config: dict[str, Any]) -> None:
     session = get_session("launch")
     context = session.context
     env = {**_without_ray_debugger(dict(os.environ)), **torchrun_env(context, config)}
+    env.pop(forkserver.ENV, None)
     if config.get("virtual_local_rank"):
         env["LOCAL_RANK"] = "0"
     if os.path.isdir(config["cwd"]):
@@ -192,8 +196,9 @@ def run_script(config: dict[str, Any]) -> None:
     with _Bridge(session) as bridge:
         env[LAUNCH_ADDRESS_ENV] = bridge.address
         env["TORCHELASTIC_ERROR_FILE"] = error_file = os.path.join(bridge.directory, "error.json")
-        proc = _script.start(command(config), cwd=cwd, env=env,
-                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = _script.start(command(config), config.get("mode", "script"), cwd, env,
+                             runtime_keys={*torchrun_env(context, config), LAUNCH_ADDRESS_ENV, "TORCHELASTIC_ERROR_FILE",
+                                           "TORCHELASTIC_USE_AGENT_STORE", "PYTHONBREAKPOINT"})
         pumps = [threading.Thread(target=_pump, args=(pipe, *files[std]), daemon=True)
                  for std, pipe in ((1, proc.stdout), (2, proc.stderr))]
         for pump in pumps:
@@ -244,7 +249,7 @@ def _read_error_file(path: str) -> dict | None:
 _agent_store: Any = None  # rank 0's worker keeps its attempt's store until the worker ends
 
 
-def _host_store(env: dict[str, str], proc: subprocess.Popen) -> None:
+def _host_store(env: dict[str, str], proc: Any) -> None:
     """Host the rendezvous store as torchrun's agent does (``TORCHELASTIC_USE_AGENT_STORE``): in rank 0's
     worker, up until the worker ends, not in the script's rank 0, whose exit took it from under ranks
     still using it. The scripts' clients retry until it listens; one store per attempt (each
@@ -273,14 +278,25 @@ class _Script:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen | forkserver.ForkedScript | None = None
         self._pending: list[int] = []  # signals sent before the script started
         self._deadline: float | None = None  # monotonic; set by the first stop
         self.ended = threading.Event()  # the script's process exited (run_script reaped it)
+        self.not_forked: str | None = None  # why the warm cluster's fork server did not start it
 
-    def start(self, args: list[str], **kwargs: Any) -> subprocess.Popen:
+    def start(self, args: list[str], mode: str, cwd: str | None, env: dict[str, str],
+              runtime_keys: set[str]) -> Any:
+        """A ``subprocess.Popen`` of ``args``, or on the warm cluster the same script forked by its
+        fork server (``forkserver.py``: the framework imported already) where that server can."""
         with self._lock:
-            self._proc = subprocess.Popen(args, start_new_session=True, preexec_fn=_as_a_fresh_process, **kwargs)
+            forked = None
+            if address := os.environ.get(forkserver.ENV):
+                forked = forkserver.start(address, args, mode, cwd, env, runtime_keys)
+                if isinstance(forked, str):
+                    self.not_forked, forked = forked, None
+            self._proc = forked or subprocess.Popen(
+                args, start_new_session=True, preexec_fn=_as_a_fresh_process, cwd=cwd, env=env,
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             for signum in self._pending:
                 self._kill(signum)
             return self._proc

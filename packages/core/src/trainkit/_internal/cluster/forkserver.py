@@ -1,0 +1,428 @@
+"""The warm cluster's fork server: ``trainkit launch``'s rank scripts start with the framework imported.
+
+On the warm cluster (``trainkit up``) a rank's script would otherwise be a fresh ``python script.py``
+that imports torch again, a second or more each launch. The keeper starts this server once, with its
+``--prewarm`` modules imported and ``gc.freeze()``-n; a rank asks it over a Unix socket in the
+user's private directory (``ENV`` names it in the warm cluster's processes) and gets a forked child
+that runs the script as ``python SCRIPT ARGS`` or ``python -m MODULE ARGS`` would: its own
+``__main__``, ``sys.argv``, ``sys.path[0]``, working directory, environment, a new session with
+Python's default signal handling, the rank's pipes as stdio, ``sys.exit``/exception/signal exit
+statuses. The server never runs a user's code, so every launch gets a fresh process that sees the
+user's edits, and nothing of one run reaches the next.
+
+The promise, and where it stops:
+
+- The server refuses (and the rank falls back to ``python script.py``) when the child could not be
+  what that command gives: another interpreter (``--no-python``, another ``sys.executable``), an
+  environment variable read while Python or the preloaded framework loads (``LOAD_TIME_ENV``) set
+  otherwise than in the server (the rank's own torchrun variables excepted: read at run time), the
+  script's directory holding a module of a preloaded name (it would shadow it in a fresh process),
+  or a site-packages directory changed since the server started (a ``pip install`` since: the
+  server then exits, and the keeper starts a new one).
+- The child exits as a forked ``multiprocessing`` child does: non-daemon threads joined, ``atexit``
+  handlers run, ``__main__``'s globals released and collected (an unclosed file is flushed), stdio
+  flushed, then ``os._exit``: the preloaded modules' teardown, which Python does not promise to run
+  either, is skipped (0.2-0.3 s with torch).
+- The child dies with the rank: when the rank's connection closes before the script ended (its
+  worker died) the server SIGKILLs the child's process group, and every child gets SIGKILL when the
+  server dies (``PR_SET_PDEATHSIG``), the server when the keeper dies.
+- Warnings the preloaded imports emit appear once, in the server's log, not in each rank's output;
+  ``ps`` shows the server's command line for a child.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+from typing import Any
+
+ENV = "TRAINKIT_FORKSERVER"  # the socket's path, in the warm cluster's processes
+LOAD_TIME_ENV = ("PYTHON", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "LD_", "LC_", "LANG")
+_HEADER = struct.Struct("!I")
+_REQUEST_TIMEOUT_S = 10.0
+
+
+# -- the rank's side ------------------------------------------------------------------------------
+class ForkedScript:
+    """A script the server started for this rank, as much of ``subprocess.Popen`` as launch uses."""
+
+    def __init__(self, pid: int, conn: socket.socket, stdout: int, stderr: int):
+        self.pid, self._conn, self.returncode = pid, conn, None
+        self.stdout, self.stderr = os.fdopen(stdout, "rb", buffering=0), os.fdopen(stderr, "rb", buffering=0)
+
+    def wait(self) -> int:
+        """The exit status as ``Popen.wait`` gives it (-N: killed by signal N)."""
+        if self.returncode is None:
+            reply = _read_reply(self._conn)
+            self._conn.close()  # the server forgets the child
+            self.returncode = reply["exit"] if reply else -signal.SIGKILL  # the server died: so did its child
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def start(address: str, argv: list[str], mode: str, cwd: str | None, env: dict[str, str],
+          runtime_keys: set[str]) -> ForkedScript | str:
+    """Ask the server at ``address`` to run ``argv`` (``[sys.executable, SCRIPT or "-m", MODULE,
+    *args]``); the started script, or why not (then run it as a fresh process). ``runtime_keys``:
+    the environment variables the caller set that the script reads at run time (never compared)."""
+    if mode not in ("script", "module") or argv[0] != sys.executable:
+        return f"{mode} mode, {argv[0]}: not what the fork server runs"
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stdout_r, stdout_w = os.pipe()
+    stderr_r, stderr_w = os.pipe()
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    try:
+        conn.settimeout(_REQUEST_TIMEOUT_S)
+        conn.connect(address)
+        body = json.dumps({"argv": argv, "mode": mode, "cwd": cwd, "env": env,
+                           "runtime_keys": sorted(runtime_keys)}).encode()
+        message = _HEADER.pack(len(body)) + body
+        sent = socket.send_fds(conn, [message], [devnull, stdout_w, stderr_w])
+        conn.sendall(message[sent:])
+        reply = _read_reply(conn)
+        conn.settimeout(None)
+    except OSError as exc:
+        reply = {"refused": f"no answer: {exc}"}
+    finally:
+        for fd in (devnull, stdout_w, stderr_w):
+            os.close(fd)
+    if not reply or "pid" not in reply:
+        conn.close()
+        os.close(stdout_r)
+        os.close(stderr_r)
+        return (reply or {}).get("refused", "the fork server closed the connection")
+    return ForkedScript(reply["pid"], conn, stdout_r, stderr_r)
+
+
+def _read_reply(conn: socket.socket) -> dict | None:
+    line = b""
+    while not line.endswith(b"\n"):
+        try:
+            chunk = conn.recv(4096)
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        line += chunk
+    return json.loads(line)
+
+
+# -- the server -----------------------------------------------------------------------------------
+class _Server:
+    def __init__(self, address: str, preloaded: set[str]):
+        self.preloaded = preloaded
+        self.top_level = {name.partition(".")[0] for name in preloaded}
+        self.env = dict(os.environ)
+        self.site_dirs = _site_dirs()
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        bound = f"{address}.{os.getpid()}"
+        old_umask = os.umask(0o177)
+        try:
+            self.listener.bind(bound)
+        finally:
+            os.umask(old_umask)
+        self.listener.listen(64)
+        os.replace(bound, address)  # in place once it listens (a dead server's goes)
+        self.wakeup_r, wakeup_w = os.pipe()
+        os.set_blocking(wakeup_w, False)
+        signal.set_wakeup_fd(wakeup_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # the wakeup fd is written on each
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.listener, selectors.EVENT_READ)
+        self.selector.register(self.wakeup_r, selectors.EVENT_READ)
+        self.children: dict[int, socket.socket | None] = {}  # pid -> the rank's connection (None: gone)
+
+    def serve(self) -> dict:
+        """Serve until a request is accepted; returns it in the forked child only."""
+        while True:
+            for key, _ in self.selector.select():
+                if key.fileobj is self.listener:
+                    request = self._accept()
+                    if request is not None:
+                        return request
+                elif key.fileobj == self.wakeup_r:
+                    os.read(self.wakeup_r, 4096)
+                    self._reap()
+                else:  # a rank's connection: EOF while its script runs means the rank is gone
+                    self._rank_gone(key.fileobj)
+
+    def _accept(self) -> dict | None:
+        conn, _ = self.listener.accept()
+        try:
+            conn.settimeout(_REQUEST_TIMEOUT_S)
+            uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+            if uid != os.getuid():
+                raise PermissionError(f"uid {uid} is not this user's")
+            request, fds = self._receive(conn)
+        except (OSError, ValueError) as exc:
+            _reply(conn, {"refused": str(exc)})
+            conn.close()
+            return None
+        refused = self._refusal(request)
+        pid = -1 if refused else os.fork()
+        if pid == 0:
+            self._become_child(conn, fds)
+            return request
+        for fd in fds:
+            os.close(fd)
+        if refused:
+            _reply(conn, {"refused": refused})
+            conn.close()
+            if refused.startswith("site-packages"):
+                sys.exit(0)  # stale: the keeper starts a new server
+            return None
+        self.children[pid] = conn
+        conn.settimeout(None)
+        _reply(conn, {"pid": pid})
+        self.selector.register(conn, selectors.EVENT_READ)
+        return None
+
+    @staticmethod
+    def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
+        data, fds, _, _ = socket.recv_fds(conn, 65536, 3)
+        if len(fds) != 3:
+            for fd in fds:
+                os.close(fd)
+            raise ValueError(f"expected 3 file descriptors, got {len(fds)}")
+        while len(data) < _HEADER.size or len(data) < _HEADER.size + _HEADER.unpack_from(data)[0]:
+            chunk = conn.recv(65536)
+            if not chunk:
+                raise ValueError("the request ended early")
+            data += chunk
+        return json.loads(data[_HEADER.size:_HEADER.size + _HEADER.unpack_from(data)[0]]), fds
+
+    def _refusal(self, request: dict) -> str | None:
+        """Why the child could not be what ``python SCRIPT`` gives (None: it can)."""
+        if _site_dirs() != self.site_dirs:
+            return "site-packages changed since the fork server started"
+        if request["argv"][0] != sys.executable:
+            return f"another interpreter: {request['argv'][0]}"
+        env, runtime = request["env"], set(request["runtime_keys"])
+        for key in sorted(set(env) | set(self.env)):
+            if key.startswith(LOAD_TIME_ENV) and key not in runtime and env.get(key) != self.env.get(key):
+                return f"{key} differs from the fork server's ({env.get(key)!r}, not {self.env.get(key)!r})"
+        home = _main_dir(request)
+        try:
+            shadowing = sorted(self.top_level & _importable_names(home))
+        except OSError as exc:
+            return f"cannot list {home}: {exc}"
+        if shadowing:
+            return f"{home} holds its own {', '.join(shadowing)}, which a fresh process would import"
+        return None
+
+    def _become_child(self, conn: socket.socket, fds: list[int]) -> None:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        self.selector.close()
+        for other in (self.listener, conn, *self.children.values()):
+            if other is not None:
+                other.close()
+        os.close(self.wakeup_r)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.setsid()
+        _die_with_parent()
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            conn = self.children.pop(pid, None)
+            if conn is not None:
+                self.selector.unregister(conn)
+                _reply(conn, {"exit": os.waitstatus_to_exitcode(status)})
+                conn.close()
+
+    def _rank_gone(self, conn: socket.socket) -> None:
+        self.selector.unregister(conn)
+        for pid, owner in list(self.children.items()):
+            if owner is conn:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.children[pid] = None  # reaped later, nobody to tell
+        conn.close()
+
+
+def _reply(conn: socket.socket, message: dict) -> None:
+    try:
+        conn.sendall(json.dumps(message).encode() + b"\n")
+    except OSError:  # the rank is gone
+        pass
+
+
+def _site_dirs() -> dict[str, int]:
+    import site
+
+    dirs = [*site.getsitepackages(), site.getusersitepackages()]
+    return {d: os.stat(d).st_mtime_ns for d in dirs if os.path.isdir(d)}
+
+
+def _main_dir(request: dict) -> str:
+    """``sys.path[0]`` of ``python SCRIPT`` (the script's directory) or ``python -m`` (the cwd)."""
+    cwd = request["cwd"] or os.getcwd()
+    if request["mode"] == "module":
+        return cwd
+    return os.path.dirname(os.path.join(cwd, request["argv"][1]))
+
+
+def _importable_names(directory: str) -> set[str]:
+    """The top-level modules and packages an import finds in ``directory``."""
+    from importlib.machinery import all_suffixes
+
+    names = set()
+    for entry in os.scandir(directory):
+        if entry.is_dir():
+            names.add(entry.name)
+        else:
+            names.update(entry.name[:-len(suffix)] for suffix in all_suffixes() if entry.name.endswith(suffix))
+    return names
+
+
+def _die_with_parent() -> None:
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _fresh_signals() -> None:
+    """A fresh interpreter's signal state (the keeper is a Ray driver: it blocks SIGINT)."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    for signum in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}:
+        try:
+            signal.signal(signum, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
+# -- in the child ---------------------------------------------------------------------------------
+def _run(request: dict) -> None:
+    """Be ``python SCRIPT ARGS`` / ``python -m MODULE ARGS``, then exit."""
+    import importlib
+    import io
+    import types
+
+    if request["cwd"]:
+        os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    argv = request["argv"]
+    sys.orig_argv = list(argv)
+    sys.path[0] = os.path.abspath(_main_dir(request))
+    importlib.invalidate_caches()
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    for name, fd in (("stdin", 0), ("stdout", 1), ("stderr", 2)):
+        old = getattr(sys, name)
+        raw = io.FileIO(fd, "rb" if fd == 0 else "wb", closefd=False)
+        buffered = raw if unbuffered and fd else (io.BufferedReader(raw) if fd == 0 else io.BufferedWriter(raw))
+        stream = io.TextIOWrapper(buffered, encoding=old.encoding, errors=old.errors,
+                                  line_buffering=fd == 2 or raw.isatty(), write_through=unbuffered and fd != 0)
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+    if "numpy.random" in sys.modules:  # its global generator was seeded in the server: one seed for all
+        sys.modules["numpy.random"].seed()
+    code, interrupted = 0, False
+    try:
+        if request["mode"] == "module":
+            import runpy
+
+            sys.argv = ["-m", *argv[3:]]
+            runpy._run_module_as_main(argv[2])
+        else:
+            sys.argv = argv[1:]
+            main = types.ModuleType("__main__")
+            path = os.path.abspath(argv[1])
+            main.__dict__.update(__file__=path, __cached__=None, __builtins__=__builtins__)
+            sys.modules["__main__"] = main
+            with io.open_code(path) as f:
+                source = f.read()
+            exec(compile(source, path, "exec"), main.__dict__)
+    except SystemExit as exc:
+        code = _exit_code(exc.code)
+    except KeyboardInterrupt:
+        _print_exception()
+        code, interrupted = 1, True
+    except BaseException:  # noqa: BLE001 - the script's error, shown as Python shows it
+        _print_exception()
+        code = 1
+    _exit(code, interrupted)
+
+
+def _exit_code(code: Any) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _print_exception() -> None:
+    kind, value, tb = sys.exc_info()
+    tb = tb.tb_next if tb is not None else None  # without this module's frame
+    sys.excepthook(kind, value.with_traceback(tb), tb)
+
+
+def _exit(code: int, interrupted: bool) -> None:
+    import atexit
+    import threading
+
+    try:
+        threading._shutdown()  # non-daemon threads, as Python's own exit
+        atexit._run_exitfuncs()
+        sys.modules["__main__"].__dict__.clear()
+        gc.collect()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+    except BaseException:  # noqa: BLE001 - an atexit handler's error is shown, as Python does
+        _print_exception()
+    if interrupted:  # as Python exits on an uncaught KeyboardInterrupt: by the signal itself
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code)
+
+
+def _main(argv: list[str]) -> None:
+    """``python -m trainkit._internal.cluster.forkserver SOCKET KEEPER_PID MODULE...``"""
+    import importlib
+
+    address, keeper, modules = argv[0], int(argv[1]), argv[2:]
+    _fresh_signals()
+    _die_with_parent()
+    if os.getppid() != keeper:
+        return  # the keeper died before the line above
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - its rank imports it again and reports the error
+            print(f"trainkit fork server: cannot preload {name}: {exc}", file=sys.stderr, flush=True)
+    preloaded = set(sys.modules)
+    gc.collect()
+    gc.freeze()  # the children never touch the preloaded objects' GC headers: their pages stay shared
+    request = _Server(address, preloaded).serve()
+    _run(request)
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])

@@ -1,0 +1,165 @@
+"""The warm cluster's fork server (``cluster/forkserver.py``) with real processes: a script it forks
+behaves as ``python script.py`` does (each probe runs both ways and the results are compared), it
+refuses whatever would make the child differ, and its children never outlive the rank that asked
+for them or the server itself. Waits are on events, with generous bounds, never on speed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from trainkit._internal.cluster import forkserver
+
+PROBE = textwrap.dedent('''
+    import atexit, json, os, sys, threading, time
+    OUT = os.environ["PROBE_OUT"]
+    kind = sys.argv[1] if len(sys.argv) > 1 else ""
+    facts = {"argv": sys.argv, "file": __file__, "name": __name__, "path0": sys.path[0], "cwd": os.getcwd(),
+             "x": os.environ.get("PROBE_X"), "spec": repr(__spec__), "main_is_module": sys.modules["__main__"].__dict__ is globals(),
+             "sigint": repr(__import__("signal").getsignal(2)), "sigpipe": repr(__import__("signal").getsignal(13)),
+             "blocked": sorted(__import__("signal").pthread_sigmask(0, ())), "session_leader": os.getsid(0) == os.getpid()}
+    with open(OUT + ".facts", "w") as f:
+        json.dump(facts, f)
+    unclosed = open(OUT + ".unclosed", "w")
+    unclosed.write("flushed at exit")  # never closed: Python's exit flushes it
+    atexit.register(lambda: open(OUT + ".atexit", "w").close())
+    def late():
+        time.sleep(0.2)
+        open(OUT + ".thread", "w").close()
+    threading.Thread(target=late).start()  # not a daemon: the exit waits for it
+    print("to stdout")
+    print("to stderr", file=sys.stderr)
+    if kind == "raise":
+        raise ValueError("boom")
+    if kind == "exit":
+        sys.exit(7)
+    if kind == "message":
+        sys.exit("a message")
+    if kind == "interrupt":
+        raise KeyboardInterrupt
+''')
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A fork server with numpy.random preloaded, as the warm cluster's keeper starts one."""
+    address = str(tmp_path / "fs.sock")
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    user_site = Path(subprocess.run([sys.executable, "-c", "import site; print(site.getusersitepackages())"],
+                                    env=env, capture_output=True, text=True, check=True).stdout.strip())
+    user_site.mkdir(parents=True)
+    proc = subprocess.Popen([sys.executable, "-m", "trainkit._internal.cluster.forkserver", address, str(os.getpid()),
+                             "numpy.random"], env=env, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not os.path.exists(address):
+        assert proc.poll() is None and time.monotonic() < deadline, "the fork server did not start"
+        time.sleep(0.05)
+    yield {"address": address, "env": env, "proc": proc, "user_site": user_site}
+    proc.kill()
+    proc.wait()
+
+
+def _forked(server, argv, cwd, env=None, runtime_keys=()):
+    return forkserver.start(server["address"], [sys.executable, *argv], "script", str(cwd),
+                            env or server["env"], set(runtime_keys))
+
+
+def _outcome(returncode: int, stdout: bytes, stderr: bytes, out: Path) -> dict:
+    files = {suffix: (Path(f"{out}.{suffix}").read_text() if Path(f"{out}.{suffix}").exists() else None)
+             for suffix in ("unclosed", "atexit", "thread")}
+    facts = json.loads(Path(f"{out}.facts").read_text())
+    for suffix in ("facts", "unclosed", "atexit", "thread"):
+        Path(f"{out}.{suffix}").unlink(missing_ok=True)
+    return {"returncode": returncode, "stdout": stdout.decode(), "stderr": stderr.decode(), "facts": facts, **files}
+
+
+@pytest.mark.parametrize("kind", ["", "raise", "exit", "message", "interrupt"])
+def test_a_forked_script_is_what_python_script_gives(server, tmp_path, kind):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "probe.py").write_text(PROBE)
+    out = tmp_path / "out"
+    env = {**server["env"], "PROBE_OUT": str(out), "PROBE_X": "x", "PYTHONUNBUFFERED": "1"}
+    args = ["code/probe.py", *([kind] if kind else [])]
+
+    fresh = subprocess.run([sys.executable, *args], cwd=tmp_path, env=env, capture_output=True,
+                           start_new_session=True, timeout=120)
+    expected = _outcome(fresh.returncode, fresh.stdout, fresh.stderr, out)
+
+    forked = _forked(server, args, tmp_path, env, runtime_keys={"PROBE_OUT", "PROBE_X", "PYTHONUNBUFFERED"})
+    assert not isinstance(forked, str), forked
+    stdout, stderr = forked.stdout.read(), forked.stderr.read()
+    got = _outcome(forked.wait(), stdout, stderr, out)
+
+    assert got == expected
+    assert server["proc"].poll() is None  # the server goes on
+    if kind == "raise":  # the traceback starts at the script, as Python's own
+        lines = got["stderr"].splitlines()
+        assert lines[lines.index("Traceback (most recent call last):") + 1].startswith(f'  File "{code / "probe.py"}"')
+
+
+def test_forked_children_each_get_their_own_random_state(server, tmp_path):
+    script = tmp_path / "draw.py"
+    script.write_text("import numpy\nprint(numpy.random.randint(2**31))\n")
+    draws = set()
+    for _ in range(3):
+        forked = _forked(server, [str(script)], tmp_path)
+        draws.add(forked.stdout.read())
+        assert forked.wait() == 0
+    assert len(draws) == 3, "numpy's global generator came seeded from the server"
+
+
+def test_it_refuses_what_would_make_the_child_differ(server, tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text("print('ran')\n")
+    env = server["env"]
+    assert "PYTHONHASHSEED differs" in _forked(server, [str(script)], tmp_path, {**env, "PYTHONHASHSEED": "3"})
+    assert "TORCH_LOGS differs" in _forked(server, [str(script)], tmp_path, {**env, "TORCH_LOGS": "+dynamo"})
+    forked = _forked(server, [str(script)], tmp_path, {**env, "TORCH_LOGS": "+dynamo"}, runtime_keys={"TORCH_LOGS"})
+    assert forked.stdout.read() == b"ran\n" and forked.wait() == 0  # a variable the caller says is read at run time
+    assert "not what the fork server runs" in forkserver.start(server["address"], ["/bin/echo"], "exec", None, env, set())
+    (tmp_path / "numpy").mkdir()  # the script's own numpy: a fresh process would import it
+    assert "holds its own numpy" in _forked(server, [str(script)], tmp_path)
+    os.rmdir(tmp_path / "numpy")
+
+    (server["user_site"] / "new.pth").write_text("")  # a package installed since the server started
+    assert "site-packages changed" in _forked(server, [str(script)], tmp_path)
+    assert server["proc"].wait(timeout=60) == 0  # it exits: the keeper starts a fresh one
+    assert "no answer" in _forked(server, [str(script)], tmp_path)
+
+
+RANK = textwrap.dedent('''
+    import os, sys, time
+    from trainkit._internal.cluster import forkserver
+    forked = forkserver.start(sys.argv[1], [sys.executable, sys.argv[2]], "script",
+                              os.path.dirname(sys.argv[2]), dict(os.environ), set())
+    print(forked.pid, flush=True)
+    time.sleep(600)
+''')
+
+
+def test_a_child_dies_with_the_rank_that_asked_and_with_the_server(server, tmp_path):
+    sleeper = tmp_path / "sleeper.py"
+    sleeper.write_text("import time\ntime.sleep(600)\n")
+    rank_script = tmp_path / "rank.py"
+    rank_script.write_text(RANK)
+    for end in ("rank", "server"):
+        rank = subprocess.Popen([sys.executable, str(rank_script), server["address"], str(sleeper)],
+                                env=server["env"], stdout=subprocess.PIPE, text=True)
+        child = psutil.Process(int(rank.stdout.readline()))
+        assert child.ppid() == server["proc"].pid
+        if end == "rank":
+            rank.kill()  # the rank's worker dies: its connection closes
+        else:
+            server["proc"].kill()  # PR_SET_PDEATHSIG
+        child.wait(timeout=60)
+        rank.kill()
+        rank.wait()
