@@ -141,7 +141,7 @@ RANK = textwrap.dedent('''
     from trainkit._internal.cluster import forkserver
     forked = forkserver.start(sys.argv[1], [sys.executable, sys.argv[2]], "script",
                               os.path.dirname(sys.argv[2]), dict(os.environ), set())
-    print(forked.pid, flush=True)
+    print(forked.pid, os.getsid(forked.pid), flush=True)  # its own session the moment start() returns
     time.sleep(600)
 ''')
 
@@ -154,7 +154,9 @@ def test_a_child_dies_with_the_rank_that_asked_and_with_the_server(server, tmp_p
     for end in ("rank", "server"):
         rank = subprocess.Popen([sys.executable, str(rank_script), server["address"], str(sleeper)],
                                 env=server["env"], stdout=subprocess.PIPE, text=True)
-        child = psutil.Process(int(rank.stdout.readline()))
+        pid, session = map(int, rank.stdout.readline().split())
+        assert session == pid  # so the server's SIGKILL of its group, even at once, reaches it
+        child = psutil.Process(pid)
         assert child.ppid() == server["proc"].pid
         if end == "rank":
             rank.kill()  # the rank's worker dies: its connection closes

@@ -32,13 +32,14 @@ JOB = textwrap.dedent('''
     from trainkit._internal.cluster import ray_runtime
 
     def train_fn():
-        import usermod
-        trainkit.report({"value": usermod.VALUE})
+        import os, usermod
+        trainkit.report({"value": usermod.VALUE, "setting": os.environ.get("USER_SETTING", "")})
 
     result = trainkit.DataParallelTrainer(
         train_fn, scaling_config=trainkit.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
         run_config=trainkit.RunConfig(name=sys.argv[2], storage_path=sys.argv[1])).fit()
-    print("RESULT " + json.dumps({"value": result.metrics["value"], "warm_address": ray_runtime.warm_address(),
+    print("RESULT " + json.dumps({"value": result.metrics["value"], "setting": result.metrics["setting"],
+                                  "warm_address": ray_runtime.warm_address(),
                                   "embedded": ray_runtime.embedded_node() is not None,
                                   "gcs_address": ray.get_runtime_context().gcs_address}), flush=True)
 ''')
@@ -75,20 +76,22 @@ def _record(ctx) -> dict | None:
         return None
 
 
-def _cli(ctx, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainkit.cli", *args], env=ctx["env"], timeout=timeout,
-                          capture_output=True, text=True)
+def _cli(ctx, *args: str, timeout: float = 180, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trainkit.cli", *args], env={**ctx["env"], **(env or {})},
+                          timeout=timeout, capture_output=True, text=True)
 
 
-def _fit(ctx, value: int, name: str) -> dict:
+def _fit(ctx, value: int, name: str, env: dict | None = None, stderr: bool = False):
     (ctx["code"] / "usermod.py").write_text(f"VALUE = {value}\n")
     script = ctx["code"] / "job.py"
     script.write_text(JOB)
-    done = subprocess.run([sys.executable, str(script), str(ctx["tmp"] / "runs"), name], env=ctx["env"],
-                          timeout=300, capture_output=True, text=True, cwd=ctx["code"])
+    done = subprocess.run([sys.executable, str(script), str(ctx["tmp"] / "runs"), name],
+                          env={**ctx["env"], **(env or {})}, timeout=300, capture_output=True, text=True,
+                          cwd=ctx["code"])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])
+    result = json.loads(line[len("RESULT "):])
+    return (result, done.stderr) if stderr else result
 
 
 def _tree(record: dict) -> list[psutil.Process]:
@@ -118,8 +121,8 @@ def test_up_fit_attaches_sees_edits_and_down_leaves_nothing(warm_env):
     again = json.loads(_cli(warm_env, "up", "--json").stdout)  # idempotent: the same cluster
     assert again["keeper_pid"] == record["keeper_pid"] and not again["started_now"]
 
-    first = _fit(warm_env, 1, "first")
-    assert first["value"] == 1
+    first = _fit(warm_env, 1, "first", env={"USER_SETTING": "mine"})
+    assert first["value"] == 1 and first["setting"] == "mine"  # the driver's environment reaches its workers
     assert first["warm_address"] == record["address"] == first["gcs_address"]  # attached, no Ray start of its own
     assert not first["embedded"]
     second = _fit(warm_env, 2, "second")  # the user's module edited between the runs
@@ -209,13 +212,16 @@ def _wait_for_spares(record: dict, count: int, timeout_s: float = 120) -> set[in
     return spares
 
 
+# the user's module only from the driver's directory; spares on (CI's sessions turn them off)
+SPARES_ENV = {"PYTHONPATH": os.pathsep.join(SRC), "TRAINKIT_WARM_WORKERS": "1"}
+
+
 def _start_pids_job(ctx, name: str, hold_s: float) -> tuple[subprocess.Popen, Path]:
     (ctx["code"] / "usermod.py").write_text("VALUE = 1\n")
     (ctx["code"] / "pids_job.py").write_text(PIDS_JOB)
     pids = ctx["tmp"] / f"pids-{name}"
     pids.mkdir()
-    # the user's module only from the driver's directory; spares on (CI's sessions turn them off)
-    env = {**ctx["env"], "PYTHONPATH": os.pathsep.join(SRC), "TRAINKIT_WARM_WORKERS": "1"}
+    env = {**ctx["env"], **SPARES_ENV}
     proc = subprocess.Popen([sys.executable, "pids_job.py", str(ctx["tmp"] / "runs"), name, str(pids), str(hold_s)],
                             env=env, cwd=ctx["code"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return proc, pids
@@ -229,7 +235,8 @@ def test_runs_take_the_keepers_spares_one_run_each(warm_env):
     """Issue 47: a fresh driver's workers are the keeper's spares (started before it, the driver's
     code found from its directory); the keeper starts new ones once the run is over; two drivers at
     once never share a spare."""
-    up = _cli(warm_env, "up", "--idle-timeout", "0", "--prewarm", "none", "--spares", "2", "--json")
+    up = _cli(warm_env, "up", "--idle-timeout", "0", "--prewarm", "none", "--spares", "2", "--json",
+              env=SPARES_ENV)
     assert up.returncode == 0, up.stderr
     record = json.loads(up.stdout)
     assert record["spares"] == 2
@@ -253,7 +260,8 @@ def test_runs_take_the_keepers_spares_one_run_each(warm_env):
 def test_a_taken_spare_ends_with_the_driver_that_took_it(warm_env):
     """The keeper owns its spares, so Ray would keep one running after the driver that took it was
     SIGKILLed: it ends itself."""
-    up = _cli(warm_env, "up", "--idle-timeout", "0", "--prewarm", "none", "--spares", "2", "--json")
+    up = _cli(warm_env, "up", "--idle-timeout", "0", "--prewarm", "none", "--spares", "2", "--json",
+              env=SPARES_ENV)
     assert up.returncode == 0, up.stderr
     record = json.loads(up.stdout)
     spares = _wait_for_spares(record, 2)
@@ -271,18 +279,21 @@ def test_a_taken_spare_ends_with_the_driver_that_took_it(warm_env):
 LAUNCHED = textwrap.dedent('''
     import os, sys
     import usermod  # beside the script: sys.path[0], as under python script.py
-    print(f"RANK {os.environ['RANK']} PPID {os.getppid()} VALUE {usermod.VALUE}", flush=True)
+    print(f"RANK {os.environ['RANK']} PPID {os.getppid()} VALUE {usermod.VALUE} {os.environ.get('USER_SETTING')}",
+          flush=True)
     sys.exit(usermod.EXIT)
 ''')
 
 
-def _fork_server(record: dict, timeout_s: float = 120) -> psutil.Process:
+def _fork_server(ctx, record: dict, timeout_s: float = 120) -> psutil.Process:
+    """The keeper's fork server, once it listens (a launch before that starts its ranks as fresh processes)."""
     keeper = psutil.Process(record["keeper_pid"])
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for proc in keeper.children():
             try:
-                if "trainkit._internal.cluster.forkserver" in proc.cmdline():
+                if "trainkit._internal.cluster.forkserver" in proc.cmdline() and \
+                        (ctx["private"] / "forkserver.sock").exists():
                     return proc
             except psutil.Error:
                 pass
@@ -293,13 +304,26 @@ def _fork_server(record: dict, timeout_s: float = 120) -> psutil.Process:
 def test_launch_forks_each_rank_from_the_fork_server_and_sees_edits(warm_env):
     up = _cli(warm_env, "up", "--idle-timeout", "0", "--prewarm", "json", "--spares", "0", "--json")
     assert up.returncode == 0, up.stderr
-    server = _fork_server(json.loads(up.stdout))
+    server = _fork_server(warm_env, json.loads(up.stdout))
     script = warm_env["code"] / "launched.py"
     script.write_text(LAUNCHED)
     for value, code in ((1, 0), (2, 0), (3, 5)):  # the user's module edited between the launches
         (warm_env["code"] / "usermod.py").write_text(f"VALUE = {value}\nEXIT = {code}\n")
-        done = _cli(warm_env, "launch", "--nproc", "2", "--name", f"forked{value}", str(script))
+        done = _cli(warm_env, "launch", "--nproc", "2", "--name", f"forked{value}", str(script),
+                    env={"USER_SETTING": f"set{value}"})  # the launcher's environment reaches the ranks
         assert done.returncode == code, done.stdout[-3000:] + done.stderr[-3000:]
         lines = [line.split("RANK ", 1)[1].split() for line in done.stdout.splitlines() if "RANK " in line]
         assert sorted(rank for rank, *_ in lines) == ["0", "1"], done.stdout
-        assert {(ppid, got) for _, _, ppid, _, got in lines} == {(str(server.pid), str(value))}
+        assert {(ppid, got, setting) for _, _, ppid, _, got, setting in lines} == {(str(server.pid), str(value),
+                                                                                     f"set{value}")}
+
+
+def test_a_driver_whose_load_time_environment_differs_runs_without_it(warm_env):
+    """The warm cluster's processes imported Python's and the framework's modules with the keeper's
+    environment; a driver with another PYTHONHASHSEED (or TORCH_LOGS, ...) starts its own Ray."""
+    up = _cli(warm_env, "up", "--idle-timeout", "0", "--prewarm", "none", "--spares", "0", "--json")
+    assert up.returncode == 0, up.stderr
+    result, err = _fit(warm_env, 4, "hashseed", env={"PYTHONHASHSEED": "5"}, stderr=True)
+    assert result["value"] == 4 and result["warm_address"] is None and result["embedded"]
+    assert "not using the warm cluster: PYTHONHASHSEED='5' here, None where `trainkit up` ran" in err
+    assert _fit(warm_env, 5, "same")["warm_address"] == json.loads(up.stdout)["address"]

@@ -43,7 +43,9 @@ import sys
 from typing import Any
 
 ENV = "TRAINKIT_FORKSERVER"  # the socket's path, in the warm cluster's processes
+# environment variables read while Python or a framework loads (less those read only at run time)
 LOAD_TIME_ENV = ("PYTHON", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "LD_", "LC_", "LANG")
+RUNTIME_READ = frozenset({"PYTHONUNBUFFERED", "PYTHONBREAKPOINT"})
 _HEADER = struct.Struct("!I")
 _REQUEST_TIMEOUT_S = 10.0
 
@@ -171,18 +173,27 @@ class _Server:
             conn.close()
             return None
         refused = self._refusal(request)
-        pid = -1 if refused else os.fork()
-        if pid == 0:
-            self._become_child(conn, fds)
-            return request
-        for fd in fds:
-            os.close(fd)
         if refused:
+            for fd in fds:
+                os.close(fd)
             _reply(conn, {"refused": refused})
             conn.close()
             if refused.startswith("site-packages"):
                 sys.exit(0)  # stale: the keeper starts a new server
             return None
+        ready_r, ready_w = os.pipe()
+        server = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            os.close(ready_r)
+            self._become_child(conn, fds, server)
+            os.close(ready_w)
+            return request
+        os.close(ready_w)
+        os.read(ready_r, 1)  # EOF once the child has its session and its death signal (or died): as Popen's start
+        os.close(ready_r)
+        for fd in fds:
+            os.close(fd)
         self.children[pid] = conn
         conn.settimeout(None)
         _reply(conn, {"pid": pid})
@@ -211,7 +222,7 @@ class _Server:
             return f"another interpreter: {request['argv'][0]}"
         env, runtime = request["env"], set(request["runtime_keys"])
         for key in sorted(set(env) | set(self.env)):
-            if key.startswith(LOAD_TIME_ENV) and key not in runtime and env.get(key) != self.env.get(key):
+            if key.startswith(LOAD_TIME_ENV) and key not in runtime | RUNTIME_READ and env.get(key) != self.env.get(key):
                 return f"{key} differs from the fork server's ({env.get(key)!r}, not {self.env.get(key)!r})"
         home = _main_dir(request)
         try:
@@ -222,7 +233,7 @@ class _Server:
             return f"{home} holds its own {', '.join(shadowing)}, which a fresh process would import"
         return None
 
-    def _become_child(self, conn: socket.socket, fds: list[int]) -> None:
+    def _become_child(self, conn: socket.socket, fds: list[int], server: int) -> None:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         self.selector.close()
@@ -235,6 +246,8 @@ class _Server:
             os.close(fd)
         os.setsid()
         _die_with_parent()
+        if os.getppid() != server:
+            os._exit(1)  # the server died before the line above
 
     def _reap(self) -> None:
         while True:
@@ -255,8 +268,8 @@ class _Server:
         for pid, owner in list(self.children.items()):
             if owner is conn:
                 try:
-                    os.killpg(pid, signal.SIGKILL)
-                except ProcessLookupError:
+                    os.killpg(pid, signal.SIGKILL)  # its own session since before its pid was sent
+                except ProcessLookupError:  # the whole group ended already
                     pass
                 self.children[pid] = None  # reaped later, nobody to tell
         conn.close()

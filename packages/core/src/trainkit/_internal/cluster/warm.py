@@ -25,10 +25,12 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
 from trainkit._internal.cluster import watchdog
+from trainkit._internal.cluster.forkserver import LOAD_TIME_ENV, RUNTIME_READ
 from trainkit._internal.cluster.userdir import private_dir
 
 RECORD = "warm.json"
@@ -133,8 +135,21 @@ def touch() -> None:
         pass
 
 
+def load_env() -> dict[str, str]:
+    """This process's environment variables that change how Python or a framework loads: the warm
+    cluster's processes loaded with the keeper's, so a driver whose differ does not attach."""
+    return {k: v for k, v in os.environ.items() if k.startswith(LOAD_TIME_ENV) and k not in RUNTIME_READ}
+
+
 def attachable() -> dict[str, Any] | None:
     """The warm cluster a driver should connect to, or None (start the embedded one)."""
     if os.environ.get(KEEPER_ENV) or os.environ.get("TRAINKIT_WARM", "1").lower() in ("0", "false", "no"):
         return None
-    return live_record()
+    record = live_record()
+    if record is not None and (theirs := record.get("load_env", {})) != (mine := load_env()):
+        key = min(k for k in {*theirs, *mine} if theirs.get(k) != mine.get(k))
+        print(f"trainkit: not using the warm cluster: {key}={mine.get(key)!r} here, {theirs.get(key)!r} where "
+              "`trainkit up` ran (it changes how Python or the framework loads); starting Ray for this run",
+              file=sys.stderr, flush=True)
+        return None
+    return record

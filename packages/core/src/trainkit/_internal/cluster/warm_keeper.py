@@ -13,7 +13,7 @@ from typing import Any
 from trainkit._internal.cluster import forkserver, ray_runtime, watchdog
 from trainkit._internal.worker import keeper_spares
 from trainkit._internal.cluster.warm import (DEFAULT_IDLE_TIMEOUT_S, KEEPER_ENV, POLL_S, USED, answers,
-                                            live_record, read_record, remove_record, same_process, write_record)
+                                            live_record, load_env, read_record, remove_record, same_process, write_record)
 
 DEFAULT_SPARES = 4
 
@@ -122,7 +122,7 @@ def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spare
               "keeper_started": starts[os.getpid()], "session_dir": node.get_session_dir_path(),
               "processes": {kind: [group[0], starts.get(group[0], "")] for kind, group in pids.items() if group},
               "pids": {str(pid): starts[pid] for pid in all_pids if pid in starts},
-              "idle_timeout_s": idle_timeout_s, "prewarm": prewarm, "spares": pool.size,
+              "idle_timeout_s": idle_timeout_s, "prewarm": prewarm, "spares": pool.size, "load_env": load_env(),
               "auth_mode": os.environ.get("RAY_AUTH_MODE", "token"), "started": time.time(),
               "num_cpus": ray.cluster_resources().get("CPU")}
     write_record(record)

@@ -12,7 +12,7 @@ import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from trainkit._internal.cluster import ray_runtime
 from trainkit._internal.cluster.oom import oom_evidence
@@ -132,9 +132,21 @@ def node_lost(node_id: str) -> str | None:
     return f"{where} was lost: Ray marked it dead ({reason}: {message})"
 
 
-def _forwarded_env() -> dict[str, str]:
-    """trainkit's own settings follow the driver to its workers."""
-    return {k: v for k, v in os.environ.items() if k.startswith("TRAINKIT_")}
+_NOT_FORWARDED = {"PWD", "OLDPWD", "SHLVL", "_"}  # the shell's, of the driver's process only
+ACCELERATOR_ENV = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "NEURON_RT_VISIBLE_CORES",
+                   "TPU_VISIBLE_CHIPS", "ONEAPI_DEVICE_SELECTOR", "HABANA_VISIBLE_MODULES", "ASCEND_RT_VISIBLE_DEVICES")
+
+
+def _forwarded_env(resources: Mapping[str, float]) -> dict[str, str]:
+    """trainkit's own settings follow the driver to its workers. On the warm cluster the driver's
+    whole environment does (less Ray's own), as the embedded cluster's workers inherit it: those of
+    the warm cluster are its keeper's children. Ray sets a worker's accelerator visibility itself
+    when the worker holds some: the driver's then stays out."""
+    if not ray_runtime.warm_address():
+        return {k: v for k, v in os.environ.items() if k.startswith("TRAINKIT_")}
+    ray_sets = ACCELERATOR_ENV if set(resources) - {"CPU", "memory"} else ()
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith("RAY_") and k not in _NOT_FORWARDED and k not in ray_sets}
 
 
 class AttemptRunner:
@@ -178,7 +190,8 @@ class AttemptRunner:
         scaling = self.scaling
         start = functools.partial(worker_group.WorkerGroup.start, scaling, run_name=self.storage.name,
                                   attempt=self.state.attempt, storage=self.storage,
-                                  env={**_forwarded_env(), **(self.debug_relay.env if self.debug_relay else {}),
+                                  env={**_forwarded_env(scaling.worker_resources),
+                                       **(self.debug_relay.env if self.debug_relay else {}),
                                        "TRAINKIT_VERBOSE": str(self.display.verbose)},
                                   prewarm_modules=self.backend_config.prewarm_modules, avoid_nodes=self._avoid_nodes,
                                   runtime_env=self.runtime_env)

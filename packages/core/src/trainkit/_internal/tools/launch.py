@@ -198,7 +198,7 @@ def run_script(config: dict[str, Any]) -> None:
         env["TORCHELASTIC_ERROR_FILE"] = error_file = os.path.join(bridge.directory, "error.json")
         proc = _script.start(command(config), config.get("mode", "script"), cwd, env,
                              runtime_keys={*torchrun_env(context, config), LAUNCH_ADDRESS_ENV, "TORCHELASTIC_ERROR_FILE",
-                                           "TORCHELASTIC_USE_AGENT_STORE", "PYTHONBREAKPOINT"})
+                                           "TORCHELASTIC_USE_AGENT_STORE"})
         pumps = [threading.Thread(target=_pump, args=(pipe, *files[std]), daemon=True)
                  for std, pipe in ((1, proc.stdout), (2, proc.stderr))]
         for pump in pumps:
