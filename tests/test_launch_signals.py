@@ -6,11 +6,14 @@ file) holds, and nothing of Ray's debugger settings reaches the script. Real pro
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -40,7 +43,7 @@ RANK_SCRIPT = textwrap.dedent('''
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGHUP, on_signal)  # SIGINT keeps Python's default: KeyboardInterrupt
-    mark(f"ready_{rank}", pid=os.getpid(), child=child.pid, child_masks=masks(child.pid),
+    mark(f"ready_{rank}", pid=os.getpid(), ppid=os.getppid(), child=child.pid, child_masks=masks(child.pid),
          sigint=str(signal.getsignal(signal.SIGINT)))
     try:
         while True:
@@ -67,15 +70,42 @@ def start(command, tmp_path, **kwargs):
                               **kwargs)
 
 
-def launchers(tmp_path, script, *args, restarts=0):
-    """The same run under both: 2 ranks, ``restarts`` restarts after a failure, ``args`` for both."""
-    runs = str(tmp_path / "runs")
-    return {
+def launchers(tmp_path, script, *args, restarts=0, warm=None):
+    """The same run under each: 2 ranks, ``restarts`` restarts after a failure, ``args`` for all; with
+    ``warm`` (a warm cluster's TMPDIR) also trainkit on it, where the fork server starts the ranks."""
+    def trainkit_launch(runs):
+        return [sys.executable, "-m", "trainkit.cli", "launch", "--nproc", "2", "--cpus-per-worker", "0.5",
+                "--storage-path", str(tmp_path / runs), "--max-failures", str(restarts), *args, str(script)]
+
+    sides = {
         "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                      "--max-restarts", str(restarts), *args, str(script)],
-        "trainkit": [sys.executable, "-m", "trainkit.cli", "launch", "--nproc", "2", "--cpus-per-worker", "0.5",
-                     "--storage-path", runs, "--max-failures", str(restarts), *args, str(script)],
+        "trainkit": trainkit_launch("runs"),
     }
+    if warm is not None:
+        sides["trainkit warm"] = ["env", f"TMPDIR={warm}", *trainkit_launch("runs-warm")]
+    return sides
+
+
+@pytest.fixture(scope="module")
+def warm_cluster():
+    """A warm cluster (``trainkit up``) in a TMPDIR of its own (short: Ray's socket paths live under it),
+    its fork server listening: only the "trainkit warm" side attaches to it. Stopped by ``trainkit down``."""
+    tmp = Path(tempfile.mkdtemp(prefix="tkw", dir="/tmp"))
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    up = subprocess.run([sys.executable, "-m", "trainkit.cli", "up", "--idle-timeout", "0", "--prewarm", "json",
+                         "--spares", "0"], env=env, capture_output=True, text=True, timeout=300)
+    assert up.returncode == 0, up.stderr
+    try:
+        socket = tmp / f"trainkit-{os.getuid()}" / "forkserver.sock"
+        deadline = time.monotonic() + 120
+        while not socket.exists():
+            assert time.monotonic() < deadline, "the warm cluster's fork server did not start"
+            time.sleep(0.05)
+        yield tmp
+    finally:
+        subprocess.run([sys.executable, "-m", "trainkit.cli", "down"], env=env, capture_output=True, timeout=300)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def alive(pids):
@@ -103,23 +133,27 @@ def ended(proc, descendants):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
-def test_a_signal_to_the_launcher_reaches_every_rank_as_that_signal_as_under_torchrun(tmp_path, sig):
+def test_a_signal_to_the_launcher_reaches_every_rank_as_that_signal_as_under_torchrun(tmp_path, sig, warm_cluster):
     script = tmp_path / "ranks.py"
     script.write_text(RANK_SCRIPT)
-    for name, command in launchers(tmp_path, script).items():
-        out_dir = tmp_path / name
+    for name, command in launchers(tmp_path, script, warm=warm_cluster).items():
+        out_dir = tmp_path / name.replace(" ", "_")
         out_dir.mkdir()
         proc = start([*command, str(out_dir)], tmp_path)
         try:
             wait_for([out_dir / f"ready_{r}" for r in (0, 1)], proc, f"{name}'s ranks were ready")
             ready = [json.loads((out_dir / f"ready_{r}").read_text()) for r in (0, 1)]
             descendants = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+            descendants += [pid for r in ready for pid in (r["pid"], r["child"])]  # the fork server's, when warm
             proc.send_signal(sig)
             out, err, left = ended(proc, descendants)
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
         for rank, seen in enumerate(ready):
+            if name == "trainkit warm":  # forked by the warm cluster's fork server, not started by the worker
+                assert psutil.pid_exists(seen["ppid"]) and "trainkit._internal.cluster.forkserver" in \
+                    psutil.Process(seen["ppid"]).cmdline(), (seen, err[-3000:])
             assert seen["child_masks"] == {"SigBlk": 0, "SigIgn": 0}, (name, rank, seen)  # a rank's child
             assert seen["sigint"] == "<built-in function default_int_handler>", (name, rank, seen)
             marker = out_dir / f"signal_{rank}"
@@ -134,7 +168,8 @@ def test_a_signal_to_the_launcher_reaches_every_rank_as_that_signal_as_under_tor
             assert proc.returncode == 128 + sig, err[-4000:]
             assert f"trainkit launch: {sig.name}: sent to all 2 ranks" in err, err[-4000:]
             assert "received at time=" not in err and "Traceback" not in err, err[-4000:]  # no Ray C++ dump
-            state = json.loads((tmp_path / "runs" / os.listdir(tmp_path / "runs")[0] / "run_state.json").read_text())
+            runs = tmp_path / ("runs-warm" if name == "trainkit warm" else "runs")
+            state = json.loads((runs / os.listdir(runs)[0] / "run_state.json").read_text())
             assert state["status"] == "interrupted" and state["failures"] == [], state
 
 

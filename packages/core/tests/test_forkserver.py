@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -25,7 +26,8 @@ PROBE = textwrap.dedent('''
     facts = {"argv": sys.argv, "file": __file__, "name": __name__, "path0": sys.path[0], "cwd": os.getcwd(),
              "x": os.environ.get("PROBE_X"), "spec": repr(__spec__), "main_is_module": sys.modules["__main__"].__dict__ is globals(),
              "sigint": repr(__import__("signal").getsignal(2)), "sigpipe": repr(__import__("signal").getsignal(13)),
-             "blocked": sorted(__import__("signal").pthread_sigmask(0, ())), "session_leader": os.getsid(0) == os.getpid()}
+             "blocked": sorted(__import__("signal").pthread_sigmask(0, ())), "session_leader": os.getsid(0) == os.getpid(),
+             "fds": sorted(os.listdir("/proc/self/fd"))}  # nothing of the server's leaks in
     with open(OUT + ".facts", "w") as f:
         json.dump(facts, f)
     unclosed = open(OUT + ".unclosed", "w")
@@ -126,9 +128,12 @@ def test_it_refuses_what_would_make_the_child_differ(server, tmp_path):
     forked = _forked(server, [str(script)], tmp_path, {**env, "TORCH_LOGS": "+dynamo"}, runtime_keys={"TORCH_LOGS"})
     assert forked.stdout.read() == b"ran\n" and forked.wait() == 0  # a variable the caller says is read at run time
     assert "not what the fork server runs" in forkserver.start(server["address"], ["/bin/echo"], "exec", None, env, set())
-    (tmp_path / "numpy").mkdir()  # the script's own numpy: a fresh process would import it
+    (tmp_path / "numpy").mkdir()  # a namespace portion: a fresh process imports the installed numpy
+    forked = _forked(server, [str(script)], tmp_path)
+    assert forked.stdout.read() == b"ran\n" and forked.wait() == 0
+    (tmp_path / "numpy" / "__init__.py").write_text("")  # the script's own numpy: a fresh process would import it
     assert "holds its own numpy" in _forked(server, [str(script)], tmp_path)
-    os.rmdir(tmp_path / "numpy")
+    shutil.rmtree(tmp_path / "numpy")
 
     (server["user_site"] / "new.pth").write_text("")  # a package installed since the server started
     assert "site-packages changed" in _forked(server, [str(script)], tmp_path)

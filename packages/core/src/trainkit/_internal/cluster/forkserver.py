@@ -92,7 +92,8 @@ def start(address: str, argv: list[str], mode: str, cwd: str | None, env: dict[s
                            "runtime_keys": sorted(runtime_keys)}).encode()
         message = _HEADER.pack(len(body)) + body
         sent = socket.send_fds(conn, [message], [devnull, stdout_w, stderr_w])
-        conn.sendall(message[sent:])
+        if sent < len(message):  # (an empty sendall on a connection the server closed fails: EPIPE)
+            conn.sendall(message[sent:])
         reply = _read_reply(conn)
         conn.settimeout(None)
     except OSError as exc:
@@ -137,9 +138,9 @@ class _Server:
             os.umask(old_umask)
         self.listener.listen(64)
         os.replace(bound, address)  # in place once it listens (a dead server's goes)
-        self.wakeup_r, wakeup_w = os.pipe()
-        os.set_blocking(wakeup_w, False)
-        signal.set_wakeup_fd(wakeup_w)
+        self.wakeup_r, self.wakeup_w = os.pipe()
+        os.set_blocking(self.wakeup_w, False)
+        signal.set_wakeup_fd(self.wakeup_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)  # the wakeup fd is written on each
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.listener, selectors.EVENT_READ)
@@ -241,6 +242,7 @@ class _Server:
             if other is not None:
                 other.close()
         os.close(self.wakeup_r)
+        os.close(self.wakeup_w)
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
@@ -298,13 +300,15 @@ def _main_dir(request: dict) -> str:
 
 
 def _importable_names(directory: str) -> set[str]:
-    """The top-level modules and packages an import finds in ``directory``."""
+    """The top-level modules and regular packages an import finds in ``directory`` (a directory
+    without ``__init__`` is a namespace portion: it never shadows a module found elsewhere)."""
     from importlib.machinery import all_suffixes
 
     names = set()
     for entry in os.scandir(directory):
         if entry.is_dir():
-            names.add(entry.name)
+            if any(os.path.exists(os.path.join(entry.path, f"__init__{suffix}")) for suffix in all_suffixes()):
+                names.add(entry.name)
         else:
             names.update(entry.name[:-len(suffix)] for suffix in all_suffixes() if entry.name.endswith(suffix))
     return names

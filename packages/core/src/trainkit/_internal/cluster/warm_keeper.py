@@ -83,7 +83,14 @@ class _ForkServer:
             self._started = time.monotonic()
             self._proc = subprocess.Popen([sys.executable, "-m", "trainkit._internal.cluster.forkserver",
                                            self.address, str(os.getpid()), *self.modules],
-                                          stdin=subprocess.DEVNULL, cwd="/")
+                                          stdin=subprocess.DEVNULL, cwd="/", env=self.env())
+
+    @staticmethod
+    def env() -> dict[str, str]:
+        """The keeper's environment, with the OMP_NUM_THREADS a rank of one CPU or less has where
+        the keeper's sets none (Ray's and torchrun's default: 1): the server loads the framework
+        with it, and serves only ranks whose environment says the same."""
+        return {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
 
     def stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
