@@ -152,13 +152,27 @@ class WarmCluster:
                 pass
         return {"total_mib": sum(rss.values()), "processes": len(rss), "per_process_mib": rss}
 
-    def settle(self, quiet_s: float = 1.0, timeout_s: float = 60.0) -> None:
-        """Wait until the warm cluster's processes used no CPU for ``quiet_s`` (its new spare workers
-        imported their framework), so that the next side runs on a quiet machine too."""
+    def settle(self, quiet_s: float = 2.0, timeout_s: float = 60.0) -> None:
+        """Wait until the warm cluster has its spare workers again (its keeper starts new ones up
+        to a second after a run took them, polling once a second: hence a 2 s window) and its processes used
+        no CPU for ``quiet_s`` (the new
+        spares imported their framework), so that the next side runs on a quiet machine too."""
         import psutil
 
         keeper = psutil.Process(self.record["keeper_pid"])
         deadline = time.monotonic() + timeout_s
+
+        def spares() -> int:
+            found = 0
+            for proc in keeper.children(recursive=True):
+                try:
+                    found += proc.cmdline()[:1] == ["ray::Worker"]
+                except psutil.Error:
+                    pass
+            return found
+
+        while spares() < self.record.get("spares", 0) and time.monotonic() < deadline:
+            time.sleep(0.1)
 
         def cpu() -> float:
             total = 0.0

@@ -94,8 +94,8 @@ def start(address: str, argv: list[str], mode: str, cwd: str | None, env: dict[s
         sent = socket.send_fds(conn, [message], [devnull, stdout_w, stderr_w])
         if sent < len(message):  # (an empty sendall on a connection the server closed fails: EPIPE)
             conn.sendall(message[sent:])
+        conn.settimeout(None)  # the answer, however slow: giving up on a child forked meanwhile would start the script twice
         reply = _read_reply(conn)
-        conn.settimeout(None)
     except OSError as exc:
         reply = {"refused": f"no answer: {exc}"}
     finally:
