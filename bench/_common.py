@@ -153,10 +153,9 @@ class WarmCluster:
         return {"total_mib": sum(rss.values()), "processes": len(rss), "per_process_mib": rss}
 
     def settle(self, quiet_s: float = 2.0, timeout_s: float = 60.0) -> None:
-        """Wait until the warm cluster has its spare workers again (its keeper starts new ones up
-        to a second after a run took them, polling once a second: hence a 2 s window) and its processes used
-        no CPU for ``quiet_s`` (the new
-        spares imported their framework), so that the next side runs on a quiet machine too."""
+        """Wait until the warm cluster has its spare workers again and its processes used no CPU for
+        ``quiet_s`` (the new spares imported their framework), so that the next side runs on a quiet
+        machine too. Its keeper starts new spares up to a second after a run took them: hence 2 s."""
         import psutil
 
         keeper = psutil.Process(self.record["keeper_pid"])
