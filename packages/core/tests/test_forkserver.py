@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from trainkit._internal.cluster import forkserver
+from trainkit.testing import subprocesses
 
 PROBE = textwrap.dedent('''
     import atexit, json, os, sys, threading, time
@@ -92,8 +93,7 @@ def test_a_forked_script_is_what_python_script_gives(server, tmp_path, kind):
     env = {**server["env"], "PROBE_OUT": str(out), "PROBE_X": "x", "PYTHONUNBUFFERED": "1"}
     args = ["code/probe.py", *([kind] if kind else [])]
 
-    fresh = subprocess.run([sys.executable, *args], cwd=tmp_path, env=env, capture_output=True,
-                           start_new_session=True, timeout=120)
+    fresh = subprocesses.run([sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, timeout=120)
     expected = _outcome(fresh.returncode, fresh.stdout, fresh.stderr, out)
 
     forked = _forked(server, args, tmp_path, env, runtime_keys={"PROBE_OUT", "PROBE_X", "PYTHONUNBUFFERED"})
@@ -158,8 +158,10 @@ def test_a_child_dies_with_the_rank_that_asked_and_with_the_server(server, tmp_p
     rank_script.write_text(RANK)
     for end in ("rank", "server"):
         rank = subprocess.Popen([sys.executable, str(rank_script), server["address"], str(sleeper)],
-                                env=server["env"], stdout=subprocess.PIPE, text=True)
-        pid, session = map(int, rank.stdout.readline().split())
+                                env=server["env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = rank.stdout.readline()
+        assert line, rank.communicate()[1]
+        pid, session = map(int, line.split())
         assert session == pid  # so the server's SIGKILL of its group, even at once, reaches it
         child = psutil.Process(pid)
         assert child.ppid() == server["proc"].pid
