@@ -247,7 +247,7 @@ class _Server:
             os.dup2(fd, target)
             os.close(fd)
         os.setsid()
-        _die_with_parent()
+        die_with_parent()
         if os.getppid() != server:
             os._exit(1)  # the server died before the line above
 
@@ -314,20 +314,28 @@ def _importable_names(directory: str) -> set[str]:
     return names
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
+    """SIGKILL when the parent (the thread that started this process) ends (Linux)."""
     import ctypes
 
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _fresh_signals() -> None:
-    """A fresh interpreter's signal state (the keeper is a Ray driver: it blocks SIGINT)."""
+def default_signals() -> None:
+    """The signal state a shell gives a process: nothing blocked, every disposition the default
+    (Ray's processes block SIGINT, and a blocked or ignored signal outlives exec)."""
     signal.pthread_sigmask(signal.SIG_SETMASK, ())
     for signum in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}:
         try:
             signal.signal(signum, signal.SIG_DFL)
-        except (OSError, ValueError):
+        except (OSError, ValueError):  # one the C library keeps for itself
             pass
+
+
+def _fresh_signals() -> None:
+    """A fresh interpreter's signal state: a shell's, then what Python's start sets."""
+    default_signals()
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -426,7 +434,7 @@ def _main(argv: list[str]) -> None:
 
     address, keeper, modules = argv[0], int(argv[1]), argv[2:]
     _fresh_signals()
-    _die_with_parent()
+    die_with_parent()
     if os.getppid() != keeper:
         return  # the keeper died before the line above
     for name in modules:

@@ -351,16 +351,8 @@ def _as_a_fresh_process() -> None:
     """In the script's process before exec: the signal state of a process a shell starts (Ray's
     processes block SIGINT, which every child would inherit: KeyboardInterrupt never came), and
     death with the worker (a killed attempt's workers take their scripts along)."""
-    import ctypes
-
-    signal.pthread_sigmask(signal.SIG_SETMASK, ())
-    for signum in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}:
-        try:  # exec resets handlers, not ignored signals
-            signal.signal(signum, signal.SIG_DFL)
-        except (OSError, ValueError):  # one the C library keeps for itself
-            pass
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    forkserver.default_signals()
+    forkserver.die_with_parent()
 
 
 def _pump(pipe: Any, stream: Any, file: Any = None) -> None:
