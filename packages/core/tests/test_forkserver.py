@@ -141,6 +141,19 @@ def test_it_refuses_what_would_make_the_child_differ(server, tmp_path):
     assert "no answer" in _forked(server, [str(script)], tmp_path)
 
 
+def test_an_answer_and_the_exit_that_arrive_in_one_read_are_both_taken():
+    """A short script's exit can reach the rank in the same read as the answer to its start."""
+    import socket
+
+    server, rank = socket.socketpair()
+    with server, rank, rank.makefile("rb") as replies:
+        server.sendall(b'{"pid": 7}\n{"exit": 3}\n')
+        server.shutdown(socket.SHUT_WR)
+        assert forkserver.read_reply(replies) == {"pid": 7}
+        assert forkserver.read_reply(replies) == {"exit": 3}
+        assert forkserver.read_reply(replies) is None  # the connection ended
+
+
 RANK = textwrap.dedent('''
     import os, sys, time
     from trainkit._internal.cluster import forkserver

@@ -327,3 +327,26 @@ def test_a_driver_whose_load_time_environment_differs_runs_without_it(warm_env):
     assert result["value"] == 4 and result["warm_address"] is None and result["embedded"]
     assert "not using the warm cluster: PYTHONHASHSEED='5' here, None where `trainkit up` ran" in err
     assert _fit(warm_env, 5, "same")["warm_address"] == json.loads(up.stdout)["address"]
+
+
+def test_a_dead_fork_server_is_replaced_and_meanwhile_ranks_start_as_fresh_processes(warm_env):
+    up = _cli(warm_env, "up", "--idle-timeout", "0", "--prewarm", "json", "--spares", "0", "--json")
+    assert up.returncode == 0, up.stderr
+    record = json.loads(up.stdout)
+    server = _fork_server(warm_env, record)
+    (warm_env["private"] / "forkserver.sock").unlink()  # gone with it below: the next one's socket tells it listens
+    server.kill()
+    server.wait(timeout=60)
+    script = warm_env["code"] / "launched.py"
+    script.write_text(LAUNCHED)
+    (warm_env["code"] / "usermod.py").write_text("VALUE = 1\nEXIT = 0\n")
+    done = _cli(warm_env, "launch", "--nproc", "2", "--name", "no-server", str(script))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = [line.split("RANK ", 1)[1].split() for line in done.stdout.splitlines() if "RANK " in line]
+    assert len(lines) == 2 and server.pid not in {int(ppid) for _, _, ppid, *_ in lines}  # fresh processes
+    replaced = _fork_server(warm_env, record)  # the keeper starts another (at most every 10 s)
+    assert replaced.pid != server.pid
+    done = _cli(warm_env, "launch", "--nproc", "2", "--name", "new-server", str(script))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = [line.split("RANK ", 1)[1].split() for line in done.stdout.splitlines() if "RANK " in line]
+    assert {int(ppid) for _, _, ppid, *_ in lines} == {replaced.pid}

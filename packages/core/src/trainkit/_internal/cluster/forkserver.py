@@ -54,14 +54,15 @@ _REQUEST_TIMEOUT_S = 10.0
 class ForkedScript:
     """A script the server started for this rank, as much of ``subprocess.Popen`` as launch uses."""
 
-    def __init__(self, pid: int, conn: socket.socket, stdout: int, stderr: int):
-        self.pid, self._conn, self.returncode = pid, conn, None
+    def __init__(self, pid: int, conn: socket.socket, replies: Any, stdout: int, stderr: int):
+        self.pid, self._conn, self._replies, self.returncode = pid, conn, replies, None
         self.stdout, self.stderr = os.fdopen(stdout, "rb", buffering=0), os.fdopen(stderr, "rb", buffering=0)
 
     def wait(self) -> int:
         """The exit status as ``Popen.wait`` gives it (-N: killed by signal N)."""
         if self.returncode is None:
-            reply = _read_reply(self._conn)
+            reply = read_reply(self._replies)
+            self._replies.close()
             self._conn.close()  # the server forgets the child
             self.returncode = reply["exit"] if reply else -signal.SIGKILL  # the server died: so did its child
         return self.returncode
@@ -85,6 +86,7 @@ def start(address: str, argv: list[str], mode: str, cwd: str | None, env: dict[s
     stdout_r, stdout_w = os.pipe()
     stderr_r, stderr_w = os.pipe()
     devnull = os.open(os.devnull, os.O_RDONLY)
+    replies = None
     try:
         conn.settimeout(_REQUEST_TIMEOUT_S)
         conn.connect(address)
@@ -95,31 +97,31 @@ def start(address: str, argv: list[str], mode: str, cwd: str | None, env: dict[s
         if sent < len(message):  # (an empty sendall on a connection the server closed fails: EPIPE)
             conn.sendall(message[sent:])
         conn.settimeout(None)  # the answer, however slow: giving up on a child forked meanwhile would start the script twice
-        reply = _read_reply(conn)
+        replies = conn.makefile("rb")  # one line per answer; a short script's exit may come in the same read
+        reply = read_reply(replies)
     except OSError as exc:
         reply = {"refused": f"no answer: {exc}"}
     finally:
         for fd in (devnull, stdout_w, stderr_w):
             os.close(fd)
     if not reply or "pid" not in reply:
-        conn.close()
+        if replies is not None:
+            replies.close()
+        conn.close()  # (a child forked for it meanwhile: the server kills it)
         os.close(stdout_r)
         os.close(stderr_r)
         return (reply or {}).get("refused", "the fork server closed the connection")
-    return ForkedScript(reply["pid"], conn, stdout_r, stderr_r)
+    return ForkedScript(reply["pid"], conn, replies, stdout_r, stderr_r)
 
 
-def _read_reply(conn: socket.socket) -> dict | None:
-    line = b""
-    while not line.endswith(b"\n"):
-        try:
-            chunk = conn.recv(4096)
-        except OSError:
-            return None
-        if not chunk:
-            return None
-        line += chunk
-    return json.loads(line)
+def read_reply(replies: Any) -> dict | None:
+    """The server's next answer from ``replies`` (the connection's ``makefile("rb")``), one JSON
+    line; None when the connection ended first."""
+    try:
+        line = replies.readline()
+    except OSError:
+        return None
+    return json.loads(line) if line.endswith(b"\n") else None
 
 
 # -- the server -----------------------------------------------------------------------------------
