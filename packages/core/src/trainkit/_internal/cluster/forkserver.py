@@ -46,6 +46,11 @@ ENV = "TRAINKIT_FORKSERVER"  # the socket's path, in the warm cluster's processe
 # environment variables read while Python or a framework loads (less those read only at run time)
 LOAD_TIME_ENV = ("PYTHON", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "LD_", "LC_", "LANG")
 RUNTIME_READ = frozenset({"PYTHONUNBUFFERED", "PYTHONBREAKPOINT"})
+
+
+def load_time_env(env: dict[str, str], runtime_keys: frozenset[str] = frozenset()) -> dict[str, str]:
+    """The variables of ``env`` read while Python or a framework loads (less ``runtime_keys``)."""
+    return {k: v for k, v in env.items() if k.startswith(LOAD_TIME_ENV) and k not in RUNTIME_READ | runtime_keys}
 _HEADER = struct.Struct("!I")
 _REQUEST_TIMEOUT_S = 10.0
 
@@ -127,7 +132,6 @@ def read_reply(replies: Any) -> dict | None:
 # -- the server -----------------------------------------------------------------------------------
 class _Server:
     def __init__(self, address: str, preloaded: set[str]):
-        self.preloaded = preloaded
         self.top_level = {name.partition(".")[0] for name in preloaded}
         self.env = dict(os.environ)
         self.site_dirs = _site_dirs()
@@ -223,10 +227,11 @@ class _Server:
             return "site-packages changed since the fork server started"
         if request["argv"][0] != sys.executable:
             return f"another interpreter: {request['argv'][0]}"
-        env, runtime = request["env"], set(request["runtime_keys"])
-        for key in sorted(set(env) | set(self.env)):
-            if key.startswith(LOAD_TIME_ENV) and key not in runtime | RUNTIME_READ and env.get(key) != self.env.get(key):
-                return f"{key} differs from the fork server's ({env.get(key)!r}, not {self.env.get(key)!r})"
+        runtime = frozenset(request["runtime_keys"])
+        theirs, mine = load_time_env(request["env"], runtime), load_time_env(self.env, runtime)
+        for key in sorted({*theirs, *mine}):
+            if theirs.get(key) != mine.get(key):
+                return f"{key} differs from the fork server's ({theirs.get(key)!r}, not {mine.get(key)!r})"
         home = _main_dir(request)
         try:
             shadowing = sorted(self.top_level & _importable_names(home))

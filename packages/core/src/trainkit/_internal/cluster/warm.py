@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from trainkit._internal.cluster import watchdog
-from trainkit._internal.cluster.forkserver import LOAD_TIME_ENV, RUNTIME_READ
+from trainkit._internal.cluster.forkserver import load_time_env
 from trainkit._internal.cluster.userdir import private_dir
 
 RECORD = "warm.json"
@@ -138,7 +138,7 @@ def touch() -> None:
 def load_env() -> dict[str, str]:
     """This process's environment variables that change how Python or a framework loads: the warm
     cluster's processes loaded with the keeper's, so a driver whose differ does not attach."""
-    return {k: v for k, v in os.environ.items() if k.startswith(LOAD_TIME_ENV) and k not in RUNTIME_READ}
+    return load_time_env(dict(os.environ))
 
 
 def attachable() -> dict[str, Any] | None:
