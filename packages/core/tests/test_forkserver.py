@@ -13,6 +13,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -185,3 +186,74 @@ def test_a_child_dies_with_the_rank_that_asked_and_with_the_server(server, tmp_p
         child.wait(timeout=60)
         rank.kill()
         rank.wait()
+
+
+def test_a_stale_server_retires_and_serves_the_scripts_it_started_to_their_end(server, tmp_path):
+    """A ``pip install`` while a launch runs: the next rank starts fresh, the running script lives on."""
+    go = tmp_path / "go"
+    waiter = tmp_path / "waiter.py"
+    waiter.write_text(f"import os, sys, time\nwhile not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\nsys.exit(3)\n")
+    running = _forked(server, [str(waiter)], tmp_path)
+    assert not isinstance(running, str), running
+
+    (server["user_site"] / "new.pth").write_text("")
+    assert "site-packages changed" in _forked(server, [str(waiter)], tmp_path)
+    assert not os.path.exists(server["address"])  # the keeper starts a new server; ranks meanwhile start fresh
+    assert "no answer" in _forked(server, [str(waiter)], tmp_path)
+    assert psutil.pid_exists(running.pid) and server["proc"].poll() is None
+
+    go.touch()
+    assert running.wait() == 3  # its exit status still comes from the retired server
+    assert server["proc"].wait(timeout=60) == 0  # which then exits
+
+
+def _raw_request(address: str, body: bytes, fds: list[int]) -> Any:
+    import socket
+
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(address)
+    message = forkserver._HEADER.pack(len(body)) + body
+    socket.send_fds(conn, [message], fds)
+    return conn
+
+
+def test_a_malformed_request_is_refused_and_keeps_no_descriptor(server, tmp_path):
+    server_fds = psutil.Process(server["proc"].pid).num_fds
+    before = server_fds()
+    for body in (b"{not json", b"[1, 2]", json.dumps({"argv": 1, "mode": "script", "cwd": None, "env": {},
+                                                     "runtime_keys": []}).encode()):
+        with open(os.devnull) as a, open(os.devnull) as b, open(os.devnull) as c:
+            with _raw_request(server["address"], body, [a.fileno(), b.fileno(), c.fileno()]) as conn:
+                assert "refused" in json.loads(conn.makefile("rb").readline())
+    assert server_fds() == before
+    script = tmp_path / "job.py"
+    script.write_text("print('ran')\n")
+    forked = _forked(server, [str(script)], tmp_path)  # and it goes on serving
+    assert forked.stdout.read() == b"ran\n" and forked.wait() == 0
+
+
+def test_no_script_runs_for_a_rank_that_left_before_its_answer(server, tmp_path):
+    marker = tmp_path / "ran"
+    script = tmp_path / "job.py"
+    script.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    body = json.dumps({"argv": [sys.executable, str(script)], "mode": "script", "cwd": str(tmp_path),
+                       "env": server["env"], "runtime_keys": []}).encode()
+    with open(os.devnull) as a, open(os.devnull, "w") as b, open(os.devnull, "w") as c:
+        _raw_request(server["address"], body, [a.fileno(), b.fileno(), c.fileno()]).close()  # gone at once
+    probe = tmp_path / "probe.py"
+    probe.write_text("print('next')\n")
+    forked = _forked(server, [str(probe)], tmp_path)  # served after the first request was
+    assert forked.stdout.read() == b"next\n" and forked.wait() == 0
+    server_proc = psutil.Process(server["proc"].pid)
+    for child in server_proc.children():  # the first one's child, if still there, exits without running it
+        child.wait(timeout=60)
+    assert not marker.exists()
+
+
+def test_a_script_started_without_a_directory_runs_in_the_callers(server, tmp_path, monkeypatch):
+    script = tmp_path / "where.py"
+    script.write_text("import os\nprint(os.getcwd())\n")
+    monkeypatch.chdir(tmp_path)
+    forked = forkserver.start(server["address"], [sys.executable, str(script)], "script", None, server["env"], set())
+    assert forked.stdout.read().decode().strip() == str(tmp_path)  # as Popen(cwd=None): not the server's "/"
+    assert forked.wait() == 0

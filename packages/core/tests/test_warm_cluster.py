@@ -350,3 +350,44 @@ def test_a_dead_fork_server_is_replaced_and_meanwhile_ranks_start_as_fresh_proce
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     lines = [line.split("RANK ", 1)[1].split() for line in done.stdout.splitlines() if "RANK " in line]
     assert {int(ppid) for _, _, ppid, *_ in lines} == {replaced.pid}
+
+
+def test_a_pip_install_during_a_launch_retires_the_fork_server_and_spares_the_running_script(warm_env):
+    """The server forked a running launch's rank; site-packages changes; the next launch's rank starts
+    fresh (the retired server serves no new request), the running one goes on to its end, and the
+    keeper starts a new server."""
+    up = _cli(warm_env, "up", "--idle-timeout", "0", "--prewarm", "json", "--spares", "0", "--json")
+    assert up.returncode == 0, up.stderr
+    record = json.loads(up.stdout)
+    server = _fork_server(warm_env, record)
+    go = warm_env["tmp"] / "go"
+    waiting = warm_env["code"] / "waiting.py"
+    waiting.write_text(f"import os, time\nprint(f'WAITING PPID {{os.getppid()}}', flush=True)\n"
+                       f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\n")
+    first = subprocess.Popen([sys.executable, "-m", "trainkit.cli", "launch", "--nproc", "1", "--name", "running",
+                              str(waiting)], env=warm_env["env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        line = next((line for line in first.stdout if "WAITING PPID" in line), "")
+        assert line.split()[-1] == str(server.pid), first.stderr.read()[-3000:] if not line else line
+
+        user_site = subprocess.run([sys.executable, "-c", "import site; print(site.getusersitepackages())"],
+                                   env=warm_env["env"], capture_output=True, text=True, check=True).stdout.strip()
+        os.makedirs(user_site)
+        Path(user_site, "installed.pth").write_text("")  # a pip install --user since the server started
+        script = warm_env["code"] / "launched.py"
+        script.write_text(LAUNCHED)
+        (warm_env["code"] / "usermod.py").write_text("VALUE = 1\nEXIT = 0\n")
+        done = _cli(warm_env, "launch", "--nproc", "1", "--name", "after-install", str(script))
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        ppids = {line.split("PPID ")[1].split()[0] for line in done.stdout.splitlines() if "RANK " in line}
+        assert ppids and str(server.pid) not in ppids  # a fresh process
+        assert first.poll() is None and server.is_running()
+
+        go.touch()
+        assert first.wait(timeout=120) == 0, first.stderr.read()[-3000:]
+    finally:
+        first.kill()
+    server.wait(timeout=60)  # retired, it ends with its last script
+    replaced = _fork_server(warm_env, record)
+    assert replaced.pid != server.pid

@@ -18,7 +18,11 @@ The promise, and where it stops:
   otherwise than in the server (the rank's own torchrun variables excepted: read at run time), the
   script's directory holding a module of a preloaded name (it would shadow it in a fresh process),
   or a site-packages directory changed since the server started (a ``pip install`` since: the
-  server then exits, and the keeper starts a new one).
+  server then retires: it stops listening, at once, and exits once the scripts it started ended,
+  which it keeps serving; the keeper starts a new one meanwhile).
+- A script runs only once its rank has the answer: the child waits for the server's go, sent after
+  the answer. A rank whose answer is lost (the server or the rank died first) never has a script
+  started for it that it does not know of, so its fresh-process fallback never runs it twice.
 - The child exits as a forked ``multiprocessing`` child does: non-daemon threads joined, ``atexit``
   handlers run, ``__main__``'s globals released and collected (an unclosed file is flushed), stdio
   flushed, then ``os._exit``: the preloaded modules' teardown, which Python does not promise to run
@@ -95,7 +99,7 @@ def start(address: str, argv: list[str], mode: str, cwd: str | None, env: dict[s
     try:
         conn.settimeout(_REQUEST_TIMEOUT_S)
         conn.connect(address)
-        body = json.dumps({"argv": argv, "mode": mode, "cwd": cwd, "env": env,
+        body = json.dumps({"argv": argv, "mode": mode, "cwd": cwd or os.getcwd(), "env": env,
                            "runtime_keys": sorted(runtime_keys)}).encode()
         message = _HEADER.pack(len(body)) + body
         sent = socket.send_fds(conn, [message], [devnull, stdout_w, stderr_w])
@@ -144,6 +148,7 @@ class _Server:
             os.umask(old_umask)
         self.listener.listen(64)
         os.replace(bound, address)  # in place once it listens (a dead server's goes)
+        self.address, self.inode = address, os.stat(address).st_ino
         self.wakeup_r, self.wakeup_w = os.pipe()
         os.set_blocking(self.wakeup_w, False)
         signal.set_wakeup_fd(self.wakeup_w)
@@ -152,74 +157,114 @@ class _Server:
         self.selector.register(self.listener, selectors.EVENT_READ)
         self.selector.register(self.wakeup_r, selectors.EVENT_READ)
         self.children: dict[int, socket.socket | None] = {}  # pid -> the rank's connection (None: gone)
+        self.retired = False
 
-    def serve(self) -> dict:
-        """Serve until a request is accepted; returns it in the forked child only."""
-        while True:
+    def serve(self) -> dict | None:
+        """Serve until a request is accepted (returns it, in the forked child only) or, retired,
+        until the last script it started ended (returns None)."""
+        while not (self.retired and not self.children):
             for key, _ in self.selector.select():
                 if key.fileobj is self.listener:
                     request = self._accept()
                     if request is not None:
                         return request
+                    if self.retired:
+                        break  # the listener is closed: the selector's other keys wait for the next select
                 elif key.fileobj == self.wakeup_r:
                     os.read(self.wakeup_r, 4096)
                     self._reap()
                 else:  # a rank's connection: EOF while its script runs means the rank is gone
                     self._rank_gone(key.fileobj)
+        return None
 
     def _accept(self) -> dict | None:
         conn, _ = self.listener.accept()
+        fds: list[int] = []
         try:
             conn.settimeout(_REQUEST_TIMEOUT_S)
             uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
             if uid != os.getuid():
                 raise PermissionError(f"uid {uid} is not this user's")
             request, fds = self._receive(conn)
-        except (OSError, ValueError) as exc:
-            _reply(conn, {"refused": str(exc)})
+            refused = self._refusal(request)
+        except Exception as exc:  # noqa: BLE001 - a malformed request: refused, the server goes on
+            for fd in fds:
+                os.close(fd)
+            _reply(conn, {"refused": f"{type(exc).__name__}: {exc}"})
             conn.close()
             return None
-        refused = self._refusal(request)
         if refused:
             for fd in fds:
                 os.close(fd)
+            if refused.startswith("site-packages"):
+                self._retire()  # before the answer: the next request finds no server
             _reply(conn, {"refused": refused})
             conn.close()
-            if refused.startswith("site-packages"):
-                sys.exit(0)  # stale: the keeper starts a new server
             return None
         ready_r, ready_w = os.pipe()
+        go_r, go_w = os.pipe()
         server = os.getpid()
         pid = os.fork()
         if pid == 0:
             os.close(ready_r)
+            os.close(go_w)
             self._become_child(conn, fds, server)
             os.close(ready_w)
+            if os.read(go_r, 1) != b"g":  # no go: the rank never got its answer
+                os._exit(1)
+            os.close(go_r)
             return request
         os.close(ready_w)
+        os.close(go_r)
         os.read(ready_r, 1)  # EOF once the child has its session and its death signal (or died): as Popen's start
         os.close(ready_r)
         for fd in fds:
             os.close(fd)
-        self.children[pid] = conn
         conn.settimeout(None)
-        _reply(conn, {"pid": pid})
-        self.selector.register(conn, selectors.EVENT_READ)
+        if _reply(conn, {"pid": pid}):
+            try:
+                os.write(go_w, b"g")
+            except BrokenPipeError:  # the rank killed it already: reaped and told as any exit
+                pass
+            self.children[pid] = conn
+            self.selector.register(conn, selectors.EVENT_READ)
+        else:  # the rank is gone: its script never starts (the child exits on the closed pipe)
+            self.children[pid] = None
+            conn.close()
+        os.close(go_w)
         return None
+
+    def _retire(self) -> None:
+        """Stale: stop listening now (ranks then start fresh processes, and the keeper, seeing the
+        socket gone, starts a new server); serve the scripts already started until they end."""
+        self.retired = True
+        self.selector.unregister(self.listener)
+        self.listener.close()  # (ranks still queued in it get no answer: they start fresh processes)
+        try:
+            if os.stat(self.address).st_ino == self.inode:
+                os.unlink(self.address)
+        except FileNotFoundError:
+            pass
 
     @staticmethod
     def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
         data, fds, _, _ = socket.recv_fds(conn, 65536, 3)
-        if len(fds) != 3:
+        try:
+            if len(fds) != 3:
+                raise ValueError(f"expected 3 file descriptors, got {len(fds)}")
+            while len(data) < _HEADER.size or len(data) < _HEADER.size + _HEADER.unpack_from(data)[0]:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    raise ValueError("the request ended early")
+                data += chunk
+            request = json.loads(data[_HEADER.size:_HEADER.size + _HEADER.unpack_from(data)[0]])
+            if not isinstance(request, dict) or not {"argv", "mode", "cwd", "env", "runtime_keys"} <= request.keys():
+                raise ValueError("not a request")
+            return request, fds
+        except BaseException:
             for fd in fds:
                 os.close(fd)
-            raise ValueError(f"expected 3 file descriptors, got {len(fds)}")
-        while len(data) < _HEADER.size or len(data) < _HEADER.size + _HEADER.unpack_from(data)[0]:
-            chunk = conn.recv(65536)
-            if not chunk:
-                raise ValueError("the request ended early")
-            data += chunk
-        return json.loads(data[_HEADER.size:_HEADER.size + _HEADER.unpack_from(data)[0]]), fds
+            raise
 
     def _refusal(self, request: dict) -> str | None:
         """Why the child could not be what ``python SCRIPT`` gives (None: it can)."""
@@ -284,11 +329,13 @@ class _Server:
         conn.close()
 
 
-def _reply(conn: socket.socket, message: dict) -> None:
+def _reply(conn: socket.socket, message: dict) -> bool:
+    """Send ``message``; False when the rank is gone."""
     try:
         conn.sendall(json.dumps(message).encode() + b"\n")
-    except OSError:  # the rank is gone
-        pass
+        return True
+    except OSError:
+        return False
 
 
 def _site_dirs() -> dict[str, int]:
@@ -453,7 +500,8 @@ def _main(argv: list[str]) -> None:
     gc.collect()
     gc.freeze()  # the children never touch the preloaded objects' GC headers: their pages stay shared
     request = _Server(address, preloaded).serve()
-    _run(request)
+    if request is not None:  # in a forked child; None: the retired server's last script ended
+        _run(request)
 
 
 if __name__ == "__main__":

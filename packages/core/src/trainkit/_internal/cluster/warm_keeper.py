@@ -62,8 +62,9 @@ def _last_used(since: float) -> float:
 
 
 class _ForkServer:
-    """The keeper's fork server for ``trainkit launch``'s scripts (``forkserver.py``), started again
-    when it ended (a ``pip install`` since it started ends it) once no run is going."""
+    """The keeper's fork server for ``trainkit launch``'s scripts (``forkserver.py``), started again,
+    once no run is going, when it ended or retired (a ``pip install`` since it started: it stops
+    listening and removes its socket, and exits once the scripts it started ended)."""
 
     RESTART_AFTER_S = 10.0  # the least time between two starts: a server that cannot start costs little
 
@@ -71,16 +72,27 @@ class _ForkServer:
         self.address = str(ray_runtime.private_dir() / "forkserver.sock")
         self.modules = modules
         self._proc: subprocess.Popen | None = None
+        self._listened = False  # the current server's socket was seen
+        self._retired: list[subprocess.Popen] = []  # serving only the scripts they started
         self._started = -self.RESTART_AFTER_S
         self.usable = bool(modules) and len(self.address.encode()) < 100  # a Unix socket's path is short
         if self.usable:
             os.environ[forkserver.ENV] = self.address  # the cluster's workers inherit it
 
     def keep(self, start_new: bool = True) -> None:
-        if not self.usable or (self._proc is not None and self._proc.poll() is None):
+        if not self.usable:
             return
+        self._retired = [proc for proc in self._retired if proc.poll() is None]
+        if self._proc is not None and self._proc.poll() is None:
+            if os.path.exists(self.address):
+                self._listened = True
+                return
+            if not self._listened:
+                return  # still loading its modules
+            self._retired.append(self._proc)
+            self._proc = None
         if start_new and time.monotonic() - self._started >= self.RESTART_AFTER_S:
-            self._started = time.monotonic()
+            self._started, self._listened = time.monotonic(), False
             self._proc = subprocess.Popen([sys.executable, "-m", "trainkit._internal.cluster.forkserver",
                                            self.address, str(os.getpid()), *self.modules],
                                           stdin=subprocess.DEVNULL, cwd="/", env=self.env())
@@ -93,9 +105,10 @@ class _ForkServer:
         return {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
 
     def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()  # its scripts get SIGKILL with it (PR_SET_PDEATHSIG)
-            self._proc.wait()
+        for proc in [self._proc, *self._retired]:
+            if proc is not None and proc.poll() is None:
+                proc.kill()  # its scripts get SIGKILL with it (PR_SET_PDEATHSIG)
+                proc.wait()
 
 
 def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spares: int | None = None) -> int:
