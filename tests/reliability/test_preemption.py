@@ -150,3 +150,20 @@ def test_relax_collectives_on_preemption_commits_without_the_preempted_rank(ray_
         assert cloud.first_report[1]["start"] == notice["step"] + 1
     else:  # the report waited for rank 1, which never made it: resumed from scratch
         assert cloud.jit is None and cloud.first_report[1]["start"] == 0
+
+
+def test_a_notice_without_a_deadline_waits_on_the_monotonic_clock(monkeypatch):
+    """A drain without a deadline waits UNKNOWN_DEADLINE_S from its notice: a wall-clock step of an
+    hour (NTP, a VM resumed) neither ends that wait early nor, stepped back, prolongs it."""
+    from types import SimpleNamespace
+
+    from trainkit._internal.worker import preemption
+
+    watch = preemption.PreemptionWatch([SimpleNamespace(world_rank=0, node_id="n")], grace_s=0.0)
+    watch.on_rank(0, None)
+    wall, monotonic = time.time(), time.monotonic()
+    monkeypatch.setattr(preemption.time, "time", lambda: wall + 3600)
+    assert not watch.deadline_passed()
+    monkeypatch.setattr(preemption.time, "monotonic", lambda: monotonic + preemption.UNKNOWN_DEADLINE_S + 1)
+    monkeypatch.setattr(preemption.time, "time", lambda: wall - 3600)
+    assert watch.deadline_passed()

@@ -222,9 +222,9 @@ def test_a_malformed_request_is_refused_and_keeps_no_descriptor(server, tmp_path
     before = server_fds()
     for body in (b"{not json", b"[1, 2]", json.dumps({"argv": 1, "mode": "script", "cwd": None, "env": {},
                                                      "runtime_keys": []}).encode()):
-        with open(os.devnull) as a, open(os.devnull) as b, open(os.devnull) as c:
-            with _raw_request(server["address"], body, [a.fileno(), b.fileno(), c.fileno()]) as conn:
-                assert "refused" in json.loads(conn.makefile("rb").readline())
+        with open(os.devnull) as a, open(os.devnull) as b, open(os.devnull) as c, \
+                _raw_request(server["address"], body, [a.fileno(), b.fileno(), c.fileno()]) as conn:
+            assert "refused" in json.loads(conn.makefile("rb").readline())
     assert server_fds() == before
     script = tmp_path / "job.py"
     script.write_text("print('ran')\n")

@@ -127,3 +127,36 @@ def test_a_failed_local_attempt_is_torn_down_before_the_retry(run_config):
         run_config=run_config(failure_config=trainkit.FailureConfig(max_failures=1))).fit()
     assert result.metrics == {"attempt": 1}
     assert _OncePerProcess.up is False
+
+
+def test_run_state_follows_reports_after_the_wall_clock_steps_back(tmp_path):
+    """run_state.json follows reports without a checkpoint at most every STATE_EVERY_S, timed on the
+    monotonic clock: an NTP step back of an hour does not freeze it for an hour."""
+    script = textwrap.dedent(f"""
+        import json, os, time
+        import trainkit
+        from trainkit._internal.driver.report_log import STATE_EVERY_S
+
+        def saved_reports():
+            with open(os.path.join({str(tmp_path)!r}, "clock", "run_state.json")) as f:
+                return json.load(f)["next_report_index"]
+
+        def train_fn():
+            trainkit.report({{"step": 0}})
+            wall = time.time
+            time.time = lambda: wall() - 3600  # the clock steps back an hour
+            seen = []
+            for step in (1, 2):
+                time.sleep(STATE_EVERY_S * 1.1)  # (sleep follows the monotonic clock)
+                trainkit.report({{"step": step}})
+                seen.append(saved_reports())
+            time.time = wall
+            return seen
+
+        result = trainkit.DataParallelTrainer(
+            train_fn, scaling_config=trainkit.ScalingConfig(num_workers=0),
+            run_config=trainkit.RunConfig(name="clock", storage_path={str(tmp_path)!r}, verbose=0)).fit()
+        print(json.dumps(result.return_value))
+    """)
+    out = subprocesses.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out.strip().splitlines()[-1]) == [2, 3]

@@ -149,6 +149,56 @@ def test_idle_timeout_stops_it(warm_env):
     assert "idle for 3 s" in (warm_env["private"] / "warm.log").read_text()
 
 
+CLOCK_SHIM = textwrap.dedent('''
+    # sitecustomize for the test below: this process's wall clock is shifted by the seconds in
+    # TEST_CLOCK_STEP (an NTP step), and each of the keeper's polls leaves a mark in TEST_POLLS
+    import os, sys, time
+    _wall, _sleep = time.time, time.sleep
+
+    def _shifted():
+        try:
+            with open(os.environ["TEST_CLOCK_STEP"]) as f:
+                return _wall() + float(f.read())
+        except (OSError, ValueError):
+            return _wall()
+
+    def _marked_sleep(seconds):
+        if sys._getframe(1).f_code.co_filename.endswith("warm_keeper.py"):
+            with open(os.environ["TEST_POLLS"], "a") as f:
+                f.write(".")
+        _sleep(seconds)
+
+    time.time, time.sleep = _shifted, _marked_sleep
+''')
+
+
+def test_a_wall_clock_step_does_not_end_the_idle_timeout(warm_env, tmp_path):
+    """The idle timeout runs on a clock NTP does not step: the wall clock jumping an hour ahead
+    leaves a warm cluster with a 10-minute timeout up."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(CLOCK_SHIM)
+    step, polls = tmp_path / "step", tmp_path / "polls"
+    env = {"PYTHONPATH": f"{shim}{os.pathsep}{warm_env['env']['PYTHONPATH']}",
+           "TEST_CLOCK_STEP": str(step), "TEST_POLLS": str(polls)}
+    up = _cli(warm_env, "up", "--idle-timeout", "10m", "--prewarm", "none", "--spares", "0", "--json", env=env)
+    assert up.returncode == 0, up.stderr
+    keeper = psutil.Process(json.loads(up.stdout)["keeper_pid"])
+
+    def wait_for_polls(count: int) -> None:
+        deadline = time.monotonic() + 120
+        while not (polls.exists() and len(polls.read_text()) >= count):
+            assert keeper.is_running() and keeper.status() != psutil.STATUS_ZOMBIE, "the keeper stopped"
+            assert time.monotonic() < deadline, "the keeper did not poll"
+            time.sleep(0.1)
+
+    wait_for_polls(1)
+    step.write_text("3600")
+    wait_for_polls(len(polls.read_text()) + 3)  # three polls with the clock an hour ahead
+    assert keeper.is_running() and keeper.status() != psutil.STATUS_ZOMBIE
+    assert "idle for" not in (warm_env["private"] / "warm.log").read_text()
+
+
 def test_stale_record_falls_back_to_the_embedded_start(warm_env):
     up = _cli(warm_env, "up", "--idle-timeout", "0", "--prewarm", "none", "--json")
     assert up.returncode == 0, up.stderr

@@ -38,27 +38,43 @@ def _cluster_idle() -> bool:
         return False
 
 
-def _last_used(since: float) -> float:
-    """The latest moment a driver other than the keeper was connected (now while one is)."""
-    import ray
+def _elapsed_clock() -> float:
+    """Seconds on a clock a wall-clock step (NTP, a resumed VM) does not move; Linux's also counts
+    time suspended, so a laptop's night asleep counts as idle."""
+    return time.clock_gettime(getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC))
 
-    try:
-        jobs = ray._private.worker.global_worker.gcs_client.get_all_job_info(
-            skip_submission_job_info_field=True, skip_is_running_tasks_field=True)
-    except Exception:  # noqa: BLE001 - Ray's internals moved: count the used-file alone
-        jobs = {}
-    latest = since
-    try:
-        latest = max(latest, (ray_runtime.private_dir() / USED).stat().st_mtime)
-    except OSError:
-        pass
-    for job in jobs.values():
-        if job.driver_pid == os.getpid():
-            continue
-        if not job.is_dead:
-            return time.time()
-        latest = max(latest, job.end_time / 1000.0)
-    return latest
+
+class _Usage:
+    """How long no driver but the keeper has used the cluster: since the last poll that found one
+    connected, or a change in what drivers left behind (a job ended, the used-file touched)."""
+
+    def __init__(self) -> None:
+        self._last = _elapsed_clock()
+        self._seen: Any = None
+
+    def idle_s(self, running: bool, seen: Any) -> float:
+        """``running``: a driver is connected now; ``seen``: the trace of the ones that came and went."""
+        if running or seen != self._seen:
+            self._last, self._seen = _elapsed_clock(), seen
+        return _elapsed_clock() - self._last
+
+    @staticmethod
+    def look() -> tuple[bool, Any]:
+        """(a driver is connected, the trace drivers left) for ``idle_s``, from Ray's job table and
+        the used-file drivers touch when they attach."""
+        import ray
+
+        try:
+            jobs = ray._private.worker.global_worker.gcs_client.get_all_job_info(
+                skip_submission_job_info_field=True, skip_is_running_tasks_field=True)
+        except Exception:  # noqa: BLE001 - Ray's internals moved: count the used-file alone
+            jobs = {}
+        try:
+            used = (ray_runtime.private_dir() / USED).stat().st_mtime_ns
+        except OSError:
+            used = None
+        others = [job for job in jobs.values() if job.driver_pid != os.getpid()]
+        return any(not job.is_dead for job in others), (used, len(others))
 
 
 class _ForkServer:
@@ -147,7 +163,7 @@ def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spare
               "num_cpus": ray.cluster_resources().get("CPU")}
     write_record(record)
     reason = ""
-    last_used = time.time()
+    usage = _Usage()
     try:
         while not stop:
             time.sleep(POLL_S)
@@ -157,8 +173,7 @@ def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spare
             idle = _cluster_idle()
             pool.refill(start_new=idle)
             forks.keep(start_new=idle)
-            last_used = _last_used(last_used)
-            if idle_timeout_s and time.time() - last_used >= idle_timeout_s:
+            if usage.idle_s(*usage.look()) >= idle_timeout_s > 0:
                 reason = f"idle for {idle_timeout_s:g} s"
                 break
         reason = reason or f"stopped by {stop[0]}"

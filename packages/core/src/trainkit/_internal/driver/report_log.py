@@ -207,7 +207,7 @@ class ReportLog:
     def save_state_if_due(self) -> None:
         """Keep run_state.json current between checkpoint commits (report count, last metrics), at
         most every ``STATE_EVERY_S``; a storage hiccup here waits for the next one."""
-        if not self._unsaved or time.time() - self.state.updated < STATE_EVERY_S:
+        if not self._unsaved or time.monotonic() - self.state.saved_at < STATE_EVERY_S:
             return
         try:
             self.metrics_log.flush()  # the log is never behind the state

@@ -8,7 +8,7 @@ import math
 import posixpath
 import time
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from trainkit._internal.storage import run_storage as storage_mod
 from trainkit._internal.storage import strict_json
@@ -115,6 +115,7 @@ class RunState:
     updated: float = field(default_factory=time.time)
     error: str | None = None
     format: int = FORMAT
+    saved_at: ClassVar[float] = -math.inf  # time.monotonic() of this process's last save (wall-clock steps move ``updated``)
 
     # -- persistence -----------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -141,7 +142,7 @@ class RunState:
                                 checkpoint_score_order=self.checkpoint_score_order)
 
     def save(self, storage: storage_mod.RunStorage) -> None:
-        self.updated = time.time()
+        self.updated, self.saved_at = time.time(), time.monotonic()
         storage.write_json_atomic(storage_mod.STATE, self.to_json())
 
     @classmethod

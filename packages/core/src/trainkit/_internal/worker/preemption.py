@@ -113,7 +113,7 @@ class PreemptionWatch:
     def _add(self, info: PreemptionInfo) -> None:
         self.info = merge(self.info, info)
         if self._detected_s is None:
-            self._detected_s = time.time()
+            self._detected_s = time.monotonic()
 
     def take_news(self) -> PreemptionInfo | None:
         """The notice, when it is new or changed since the last call (to tell the ranks)."""
@@ -129,8 +129,9 @@ class PreemptionWatch:
         """The deadline (or, without one, ``UNKNOWN_DEADLINE_S`` after the notice) plus the grace."""
         if self.info is None:
             return False
-        deadline_s = self.info.deadline_ms / 1000 if self.info.deadline_ms else self._detected_s + UNKNOWN_DEADLINE_S
-        return time.time() >= deadline_s + self._grace_s
+        if self.info.deadline_ms:  # Ray's deadline is wall-clock time
+            return time.time() >= self.info.deadline_ms / 1000 + self._grace_s
+        return time.monotonic() >= self._detected_s + UNKNOWN_DEADLINE_S + self._grace_s
 
     def error(self, drain_timed_out: bool, cause: BaseException | None = None) -> PreemptionError:
         """The attempt's end; ``cause``: what ended it first (a rank's death, say)."""
