@@ -257,3 +257,31 @@ def test_a_script_started_without_a_directory_runs_in_the_callers(server, tmp_pa
     forked = forkserver.start(server["address"], [sys.executable, str(script)], "script", None, server["env"], set())
     assert forked.stdout.read().decode().strip() == str(tmp_path)  # as Popen(cwd=None): not the server's "/"
     assert forked.wait() == 0
+
+
+def test_out_of_descriptors_it_refuses_and_goes_on_serving(server, tmp_path):
+    """Each step of a request that needs descriptors, failing for want of them, is a refusal (the
+    rank starts a fresh process); the server, and the script it is running, go on."""
+    go = tmp_path / "go"
+    waiter = tmp_path / "waiter.py"
+    waiter.write_text(f"import os, time\nwhile not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\n")
+    running = _forked(server, [str(waiter)], tmp_path)
+    assert not isinstance(running, str), running
+    script = tmp_path / "job.py"
+    script.write_text("print('ran')\n")
+    proc = psutil.Process(server["proc"].pid)
+    limits = proc.rlimit(psutil.RLIMIT_NOFILE)
+    used = proc.num_fds()
+    # room for: nothing (accept fails), the connection only (its 3 descriptors do not fit), the
+    # request and one of the 2 pipes its child needs
+    for room, refusal in ((0, "out of file descriptors"), (1, "expected 3 file descriptors"), (6, "cannot fork")):
+        proc.rlimit(psutil.RLIMIT_NOFILE, (used + room, limits[1]))
+        try:
+            assert refusal in _forked(server, [str(script)], tmp_path)
+        finally:
+            proc.rlimit(psutil.RLIMIT_NOFILE, limits)
+        assert proc.num_fds() == used
+    forked = _forked(server, [str(script)], tmp_path)
+    assert forked.stdout.read() == b"ran\n" and forked.wait() == 0
+    go.touch()
+    assert running.wait() == 0

@@ -36,6 +36,7 @@ The promise, and where it stops:
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import os
@@ -158,6 +159,7 @@ class _Server:
         self.selector.register(self.wakeup_r, selectors.EVENT_READ)
         self.children: dict[int, socket.socket | None] = {}  # pid -> the rank's connection (None: gone)
         self.retired = False
+        self.spare = os.open(os.devnull, os.O_RDONLY)  # let go of to refuse a rank when out of descriptors
 
     def serve(self) -> dict | None:
         """Serve until a request is accepted (returns it, in the forked child only) or, retired,
@@ -178,7 +180,14 @@ class _Server:
         return None
 
     def _accept(self) -> dict | None:
-        conn, _ = self.listener.accept()
+        """Take one rank's request: fork its child (returns the request in the child), or refuse
+        it. Nothing one request does, its resources run out included, ends the server (and with it
+        every script it started)."""
+        try:
+            conn, _ = self.listener.accept()
+        except OSError as exc:
+            self._refuse_unaccepted(exc)
+            return None
         fds: list[int] = []
         try:
             conn.settimeout(_REQUEST_TIMEOUT_S)
@@ -201,10 +210,19 @@ class _Server:
             _reply(conn, {"refused": refused})
             conn.close()
             return None
-        ready_r, ready_w = os.pipe()
-        go_r, go_w = os.pipe()
-        server = os.getpid()
-        pid = os.fork()
+        pipes: list[int] = []
+        try:
+            pipes += os.pipe()
+            pipes += os.pipe()
+            server = os.getpid()
+            pid = os.fork()
+        except OSError as exc:  # out of descriptors, memory or processes: the rank starts a fresh process
+            for fd in (*pipes, *fds):
+                os.close(fd)
+            _reply(conn, {"refused": f"cannot fork: {exc}"})
+            conn.close()
+            return None
+        ready_r, ready_w, go_r, go_w = pipes
         if pid == 0:
             os.close(ready_r)
             os.close(go_w)
@@ -233,6 +251,21 @@ class _Server:
             conn.close()
         os.close(go_w)
         return None
+
+    def _refuse_unaccepted(self, exc: OSError) -> None:
+        """``accept`` failed: out of file descriptors, the waiting rank would wait for one as long
+        as the running scripts last. The spare descriptor makes room to take it and refuse it."""
+        if exc.errno not in (errno.EMFILE, errno.ENFILE):
+            return
+        os.close(self.spare)
+        try:
+            conn, _ = self.listener.accept()
+            _reply(conn, {"refused": f"the fork server is out of file descriptors: {exc}"})
+            conn.close()
+        except OSError:
+            pass
+        finally:
+            self.spare = os.open(os.devnull, os.O_RDONLY)
 
     def _retire(self) -> None:
         """Stale: stop listening now (ranks then start fresh processes, and the keeper, seeing the
@@ -293,8 +326,8 @@ class _Server:
         for other in (self.listener, conn, *self.children.values()):
             if other is not None:
                 other.close()
-        os.close(self.wakeup_r)
-        os.close(self.wakeup_w)
+        for fd in (self.wakeup_r, self.wakeup_w, self.spare):
+            os.close(fd)
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)

@@ -109,9 +109,12 @@ class _ForkServer:
             self._proc = None
         if start_new and time.monotonic() - self._started >= self.RESTART_AFTER_S:
             self._started, self._listened = time.monotonic(), False
-            self._proc = subprocess.Popen([sys.executable, "-m", "trainkit._internal.cluster.forkserver",
-                                           self.address, str(os.getpid()), *self.modules],
-                                          stdin=subprocess.DEVNULL, cwd="/", env=self.env())
+            try:
+                self._proc = subprocess.Popen([sys.executable, "-m", "trainkit._internal.cluster.forkserver",
+                                               self.address, str(os.getpid()), *self.modules],
+                                              stdin=subprocess.DEVNULL, cwd="/", env=self.env())
+            except OSError as exc:  # (a busy machine: tried again later; ranks meanwhile start fresh)
+                print(f"trainkit warm cluster: cannot start the fork server: {exc}", flush=True)
 
     @staticmethod
     def env() -> dict[str, str]:
