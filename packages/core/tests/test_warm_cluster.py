@@ -66,7 +66,26 @@ def warm_env(tmp_path_factory):
                 psutil.Process(pid).kill()
             except psutil.Error:
                 pass
+    for keeper in _keepers(ctx):  # and any keeper of this TMPDIR no record names (a failed test's)
+        for proc in [keeper, *keeper.children(recursive=True)]:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
     shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _keepers(ctx) -> list[psutil.Process]:
+    """The keepers started with this test's TMPDIR."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if "trainkit._internal.cluster.warm_keeper" in (proc.info["cmdline"] or []) and \
+                    proc.environ().get("TMPDIR") == str(ctx["tmp"]):
+                found.append(proc)
+        except psutil.Error:
+            pass
+    return found
 
 
 def _record(ctx) -> dict | None:
@@ -135,6 +154,18 @@ def test_up_fit_attaches_sees_edits_and_down_leaves_nothing(warm_env):
     assert _wait_gone(procs, 30) == []
     assert not (warm_env["private"] / "warm.json").exists()
     assert "no warm cluster" in _cli(warm_env, "down").stdout
+
+
+def test_two_ups_at_once_start_one_cluster(warm_env):
+    command = [sys.executable, "-m", "trainkit.cli", "up", "--idle-timeout", "0", "--prewarm", "none",
+               "--spares", "0", "--json"]
+    ups = [subprocess.Popen(command, env=warm_env["env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+           for _ in range(2)]
+    outs = [up.communicate(timeout=180) for up in ups]
+    assert [up.returncode for up in ups] == [0, 0], outs
+    records = [json.loads(out) for out, _ in outs]
+    assert len({r["keeper_pid"] for r in records}) == 1 and sorted(r["started_now"] for r in records) == [False, True]
+    assert [p.pid for p in _keepers(warm_env)] == [records[0]["keeper_pid"]]
 
 
 def test_idle_timeout_stops_it(warm_env):

@@ -3,6 +3,8 @@ embedded driver would, records it (``warm.py``), watches it and stops it; ``up``
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import signal
 import subprocess
@@ -189,11 +191,29 @@ def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spare
 
 
 # -- up / down ------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _one_up_at_a_time() -> Any:
+    """Held from ``up``'s look for a live cluster until the keeper it started recorded one: two
+    ``up`` at once start one cluster (the second finds the first's), never two."""
+    fd = os.open(ray_runtime.private_dir() / "warm.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def up(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spares: int | None = None,
        timeout_s: float = 120) -> tuple[dict, bool]:
     """Start the keeper (detached) unless a warm cluster is up; (its record, started now)."""
-    if (record := live_record()) is not None:
-        return record, False
+    with _one_up_at_a_time():
+        if (record := live_record()) is not None:
+            return record, False
+        return _start_keeper(idle_timeout_s, num_cpus, prewarm, spares, timeout_s), True
+
+
+def _start_keeper(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spares: int | None,
+                  timeout_s: float) -> dict:
     log = ray_runtime.private_dir() / "warm.log"
     command = [sys.executable, "-m", "trainkit._internal.cluster.warm_keeper", "--idle-timeout", str(idle_timeout_s),
                *(["--num-cpus", str(num_cpus)] if num_cpus else []), *[f"--prewarm={m}" for m in prewarm],
@@ -206,7 +226,7 @@ def up(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spares: 
     while time.monotonic() < deadline:
         record = read_record()
         if record is not None and record.get("keeper_pid") == keeper.pid and answers(record["address"]):
-            return record, True
+            return record
         if keeper.poll() is not None:
             raise RuntimeError(f"the warm cluster's keeper exited with status {keeper.returncode}: "
                                f"{log.read_text()[-2000:]}")
