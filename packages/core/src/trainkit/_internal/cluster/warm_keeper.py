@@ -193,8 +193,9 @@ def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spare
 # -- up / down ------------------------------------------------------------------------------------
 @contextlib.contextmanager
 def _one_up_at_a_time() -> Any:
-    """Held from ``up``'s look for a live cluster until the keeper it started recorded one: two
-    ``up`` at once start one cluster (the second finds the first's), never two."""
+    """Held by ``up`` from its look for a live cluster until the keeper it started recorded one, and
+    by ``down`` until the cluster is gone: two ``up`` at once start one cluster (the second finds
+    the first's), and an ``up`` during a ``down`` starts a new one, never returns the dying one."""
     fd = os.open(ray_runtime.private_dir() / "warm.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -237,7 +238,12 @@ def _start_keeper(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str
 
 def down(timeout_s: float = 30) -> dict[str, Any] | None:
     """Stop the warm cluster and wait until none of its processes is left (SIGKILL after
-    ``timeout_s``); its record, or None when none was up."""
+    ``timeout_s``); its record, or None when none was up. An ``up`` meanwhile waits for it."""
+    with _one_up_at_a_time():
+        return _stop_keeper(timeout_s)
+
+
+def _stop_keeper(timeout_s: float) -> dict[str, Any] | None:
     record = read_record()
     if record is None:
         return None
