@@ -472,3 +472,58 @@ def test_a_pip_install_during_a_launch_retires_the_fork_server_and_spares_the_ru
     server.wait(timeout=60)  # retired, it ends with its last script
     replaced = _fork_server(warm_env, record)
     assert replaced.pid != server.pid
+
+
+DOWN_DRIVER = textwrap.dedent('''
+    import json, sys, time
+    import trainkit
+    from trainkit._internal.cluster import ray_runtime
+
+    def train_fn(config):
+        if trainkit.get_context().get_world_rank() == 0:
+            open(config["marker"], "w").close()
+        for step in range(config["steps"]):
+            trainkit.report({"step": step})
+            time.sleep(0.05)
+
+    def fit(steps):
+        return trainkit.DataParallelTrainer(
+            train_fn, train_loop_config={"marker": sys.argv[2], "steps": steps},
+            scaling_config=trainkit.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+            run_config=trainkit.RunConfig(name="downed", storage_path=sys.argv[1], verbose=0,
+                                          failure_config=trainkit.FailureConfig(max_failures=3))).fit()
+
+    try:
+        fit(10**6)
+    except trainkit.TrainingFailedError as exc:
+        print(json.dumps({"type": str(exc.error_type), "message": str(exc).splitlines()[0]}), flush=True)
+    second = fit(3)  # a fresh embedded cluster: the warm one is gone
+    print(json.dumps({"second": second.metrics, "embedded": ray_runtime.embedded_node() is not None}), flush=True)
+''')
+
+
+def test_trainkit_down_during_a_fit_fails_it_at_once_and_the_driver_goes_on(warm_env):
+    """The warm cluster is one machine's: its node lost (``trainkit down``, its keeper killed) is the
+    whole cluster gone. The run fails at once, naming it, with no retry spent on a cluster that
+    cannot come back, and the driver is not left stuck in Ray until Ray ends it 60 s later."""
+    up = _cli(warm_env, "up", "--idle-timeout", "0", "--prewarm", "none", "--spares", "0", "--json")
+    assert up.returncode == 0, up.stderr
+    script, marker = warm_env["code"] / "down_driver.py", warm_env["tmp"] / "started"
+    script.write_text(DOWN_DRIVER)
+    driver = subprocess.Popen([sys.executable, str(script), str(warm_env["tmp"] / "runs"), str(marker)],
+                              env=warm_env["env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240  # a guard, not a speed
+        while not marker.exists():
+            assert driver.poll() is None and time.monotonic() < deadline, driver.communicate()
+            time.sleep(0.05)
+        assert _cli(warm_env, "down").returncode == 0
+        out, err = driver.communicate(timeout=300)
+    finally:
+        driver.kill()
+    assert driver.returncode == 0, err[-3000:]
+    failed, second = [json.loads(line) for line in out.strip().splitlines()[-2:]]
+    assert failed["type"] == "ClusterDied" and "warm Ray cluster" in failed["message"], failed
+    state = json.loads((warm_env["tmp"] / "runs" / "downed" / "run_state.json").read_text())
+    assert [f["type"] for f in state["failures"]] == ["ClusterDied"] and state["failures"][0]["attempt"] == 0
+    assert second == {"second": {"step": 2}, "embedded": True}

@@ -105,12 +105,13 @@ def ensure_ray(**init_kwargs: object) -> None:
 _embedded_node = None  # the node of the cluster ensure_ray started in this process
 _warm_node = None  # this process's node object while connected to the warm cluster (``trainkit up``)
 _warm_address: str | None = None
+_warm_vital: dict[str, tuple[int, str]] = {}  # the warm cluster's GCS and raylet: kind -> (pid, start time)
 
 
 def _attach_warm(ray, record: dict, quiet: dict) -> bool:
     """Connect to the warm cluster ``record`` names (``warm.py``); False (nothing left connected)
     when that fails, and the caller starts the embedded cluster."""
-    global _warm_node, _warm_address
+    global _warm_node, _warm_address, _warm_vital
     single_machine = os.environ.get(SINGLE_MACHINE), ray._private.ray_constants.ENABLE_RAY_CLUSTER
     ray._private.ray_constants.ENABLE_RAY_CLUSTER = False  # 127.0.0.1 stays 127.0.0.1 (not the machine's IP)
     if record.get("auth_mode") == "token" and not os.environ.get("RAY_AUTH_MODE"):
@@ -131,6 +132,8 @@ def _attach_warm(ray, record: dict, quiet: dict) -> bool:
         notice.setLevel(level)
         ray._private.ray_constants.ENABLE_RAY_CLUSTER = single_machine[1]
     _warm_node, _warm_address = ray._private.worker._global_node, record["address"]
+    _warm_vital = {kind: (int(found[0]), str(found[1])) for kind, found in record.get("processes", {}).items()
+                   if kind in _VITAL and found[1]}
     warm.touch()
     if os.environ.get("TRAINKIT_RAY_PATCHES", "1").lower() not in ("0", "false", "no"):
         atexit.register(_leave_warm)  # before Ray's own exit hook (atexit is LIFO)
@@ -176,10 +179,16 @@ _VITAL = ("gcs_server", "raylet")  # Ray's process types without which the embed
 
 def embedded_cluster_down() -> str | None:
     """Which of the embedded cluster's own vital processes (the GCS, the raylet: this process's
-    children) has ended and how, or None while they run (or when the cluster is not embedded)."""
+    children, or the warm cluster's, by pid and start time) has ended and how, or None while they
+    run (or when the cluster is neither embedded nor warm)."""
     import signal
 
-    node = embedded_node()
+    node = own_cluster()
+    if node is not None and node is _warm_node:
+        for kind, (pid, started) in _warm_vital.items():
+            if not warm.same_process(pid, started):
+                return f"the warm Ray cluster's {kind} (pid {pid}) ended (`trainkit down`, or its keeper died)"
+        return None
     processes = getattr(node, "all_processes", None) or {}
     for kind in _VITAL:
         for info in processes.get(kind, []):
@@ -382,7 +391,7 @@ def watch_embedded_cluster(on_down: Callable[[str], None], every_s: float = 0.5)
                 on_down(down)
                 return
 
-    if embedded_node() is not None:
+    if own_cluster() is not None:
         threading.Thread(target=watch, name="trainkit-cluster-watch", daemon=True).start()
     return stopped.set
 
