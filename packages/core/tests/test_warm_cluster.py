@@ -357,6 +357,32 @@ def test_a_taken_spare_ends_with_the_driver_that_took_it(warm_env):
     assert _wait_gone([psutil.Process(pid) for pid in workers], 60) == []
 
 
+def _install_something(ctx) -> None:
+    """What ``pip install --user`` does to site-packages: a new .pth in this test's user site."""
+    user_site = subprocess.run([sys.executable, "-c", "import site; print(site.getusersitepackages())"],
+                               env=ctx["env"], capture_output=True, text=True, check=True).stdout.strip()
+    os.makedirs(user_site, exist_ok=True)
+    Path(user_site, "installed.pth").write_text("")
+
+
+def test_spares_started_before_a_pip_install_are_not_taken_and_are_replaced(warm_env):
+    """A spare imported its modules before the install; a fresh process would import what was
+    installed. The run's workers are new processes, and the keeper starts new spares."""
+    up = _cli(warm_env, "up", "--idle-timeout", "0", "--prewarm", "none", "--spares", "2", "--json",
+              env=SPARES_ENV)
+    assert up.returncode == 0, up.stderr
+    record = json.loads(up.stdout)
+    stale = _wait_for_spares(record, 2)
+    _install_something(warm_env)
+    proc, pids = _start_pids_job(warm_env, "after-install", 0)
+    out = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, out[-3000:]
+    assert not _worker_pids(pids) & stale
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+                   for pid in stale)  # asked, each ended itself
+    assert not _wait_for_spares(record, 2) & stale
+
+
 LAUNCHED = textwrap.dedent('''
     import os, sys
     import usermod  # beside the script: sys.path[0], as under python script.py
@@ -452,10 +478,7 @@ def test_a_pip_install_during_a_launch_retires_the_fork_server_and_spares_the_ru
         line = next((line for line in first.stdout if "WAITING PPID" in line), "")
         assert line.split()[-1] == str(server.pid), first.stderr.read()[-3000:] if not line else line
 
-        user_site = subprocess.run([sys.executable, "-c", "import site; print(site.getusersitepackages())"],
-                                   env=warm_env["env"], capture_output=True, text=True, check=True).stdout.strip()
-        os.makedirs(user_site)
-        Path(user_site, "installed.pth").write_text("")  # a pip install --user since the server started
+        _install_something(warm_env)  # since the server started
         script = warm_env["code"] / "launched.py"
         script.write_text(LAUNCHED)
         (warm_env["code"] / "usermod.py").write_text("VALUE = 1\nEXIT = 0\n")

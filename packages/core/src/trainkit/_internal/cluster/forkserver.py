@@ -139,7 +139,7 @@ class _Server:
     def __init__(self, address: str, preloaded: set[str]):
         self.top_level = {name.partition(".")[0] for name in preloaded}
         self.env = dict(os.environ)
-        self.site_dirs = _site_dirs()
+        self.site_dirs = site_dirs()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         bound = f"{address}.{os.getpid()}"
         old_umask = os.umask(0o177)
@@ -301,7 +301,7 @@ class _Server:
 
     def _refusal(self, request: dict) -> str | None:
         """Why the child could not be what ``python SCRIPT`` gives (None: it can)."""
-        if _site_dirs() != self.site_dirs:
+        if site_dirs() != self.site_dirs:
             return "site-packages changed since the fork server started"
         if request["argv"][0] != sys.executable:
             return f"another interpreter: {request['argv'][0]}"
@@ -371,7 +371,9 @@ def _reply(conn: socket.socket, message: dict) -> bool:
         return False
 
 
-def _site_dirs() -> dict[str, int]:
+def site_dirs() -> dict[str, int]:
+    """The site-packages directories and their mtimes: another value later means a package was
+    installed or removed since (what a process imported before may no longer be what it finds)."""
     import site
 
     dirs = [*site.getsitepackages(), site.getusersitepackages()]

@@ -17,6 +17,7 @@ import time
 import traceback
 from typing import Any, Callable
 
+from trainkit._internal.cluster.forkserver import site_dirs
 from trainkit._internal.storage.run_storage import RunStorage
 from trainkit._internal.worker import preemption
 from trainkit._internal.worker.context_types import TrainContext
@@ -97,6 +98,7 @@ class Worker:
 
     def __init__(self, prewarm_modules: tuple[str, ...] = ()) -> None:
         self._import_s: float | None = None  # how long the prewarm imports took, once done
+        self._site_dirs = site_dirs()  # before the prewarm imports: a spare is stale once they change
         self._prewarm: threading.Thread | None = None
         if prewarm_modules:  # overlap the framework's import with the group's setup round trips
             self._prewarm = threading.Thread(target=self._import_all, args=(prewarm_modules,), daemon=True)
@@ -130,10 +132,16 @@ class Worker:
         first claim only. The process then imports ``modules`` (the group's framework) if its own
         prewarm did not, finds the driver's code where Ray would put it (``sys_path``), and ends
         itself when the claiming process (pid, start time) ends without stopping it: its keeper
-        owns it, so Ray would not."""
+        owns it, so Ray would not. A spare started before a ``pip install`` (site-packages changed
+        since) imported what a fresh process would no longer find: it ends instead (the claimer sees
+        it die and starts a worker; the keeper starts new spares)."""
+        import ray
+
         with self._claim_lock:
             if self._claimer is not None:
                 return False
+            if site_dirs() != self._site_dirs:
+                ray.actor.exit_actor()
             self._claimer = claimer
         sys.path[:0] = [p for p in sys_path if p not in sys.path]
         if modules and (self._prewarm is None or not self._prewarm.is_alive()):
