@@ -285,3 +285,19 @@ def test_out_of_descriptors_it_refuses_and_goes_on_serving(server, tmp_path):
     assert forked.stdout.read() == b"ran\n" and forked.wait() == 0
     go.touch()
     assert running.wait() == 0
+
+
+def test_a_childs_pid_stays_its_own_until_its_rank_has_read_its_exit(server, tmp_path):
+    """As a Popen child's does until its parent waits: a signal the rank sends to the script's
+    process group after the script ended, before the rank knew, can reach no other process."""
+    script = tmp_path / "short.py"
+    script.write_text("import sys\nsys.exit(4)\n")
+    forked = _forked(server, [str(script)], tmp_path)
+    child = psutil.Process(forked.pid)
+    deadline = time.monotonic() + 60
+    while child.is_running() and child.status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert child.is_running() and child.status() == psutil.STATUS_ZOMBIE  # ended, not yet reaped: not reusable
+    assert forked.wait() == 4
+    child.wait(timeout=60)  # reaped once the rank let go

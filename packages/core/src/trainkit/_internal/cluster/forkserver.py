@@ -30,6 +30,9 @@ The promise, and where it stops:
 - The child dies with the rank: when the rank's connection closes before the script ended (its
   worker died) the server SIGKILLs the child's process group, and every child gets SIGKILL when the
   server dies (``PR_SET_PDEATHSIG``), the server when the keeper dies.
+- A child's pid is its own until its rank has read its exit status (the server keeps it a zombie,
+  as a ``Popen`` child stays one until its parent waits), so the rank's signals to the script's
+  process group never reach another process that got the pid meanwhile.
 - Warnings the preloaded imports emit appear once, in the server's log, not in each rank's output;
   ``ps`` shows the server's command line for a child.
 """
@@ -158,6 +161,7 @@ class _Server:
         self.selector.register(self.listener, selectors.EVENT_READ)
         self.selector.register(self.wakeup_r, selectors.EVENT_READ)
         self.children: dict[int, socket.socket | None] = {}  # pid -> the rank's connection (None: gone)
+        self.told: set[int] = set()  # children whose exit their rank was sent: zombies until it lets go
         self.retired = False
         self.spare = os.open(os.devnull, os.O_RDONLY)  # let go of to refuse a rank when out of descriptors
 
@@ -337,28 +341,46 @@ class _Server:
             os._exit(1)  # the server died before the line above
 
     def _reap(self) -> None:
-        while True:
+        """Tell each rank whose child exited its exit status. The child stays a zombie (its pid and
+        process group its own, as a ``Popen`` child's stay until its parent waits) until the rank
+        closes the connection: a signal the rank sends meanwhile can reach no other process."""
+        for pid, conn in list(self.children.items()):
+            if pid in self.told:
+                continue
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                ended = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            conn = self.children.pop(pid, None)
-            if conn is not None:
-                self.selector.unregister(conn)
-                _reply(conn, {"exit": os.waitstatus_to_exitcode(status)})
-                conn.close()
+                ended = None
+            if ended is None:
+                continue
+            if conn is None:  # nobody to tell
+                self._release(pid)
+                continue
+            code = ended.si_status if ended.si_code == os.CLD_EXITED else -ended.si_status
+            _reply(conn, {"exit": code})
+            self.told.add(pid)
+
+    def _release(self, pid: int) -> None:
+        self.children.pop(pid, None)
+        self.told.discard(pid)
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
 
     def _rank_gone(self, conn: socket.socket) -> None:
+        """EOF from a rank: it read its child's exit, or it died while the script runs."""
         self.selector.unregister(conn)
         for pid, owner in list(self.children.items()):
             if owner is conn:
+                if pid in self.told:
+                    self._release(pid)
+                    continue
                 try:
                     os.killpg(pid, signal.SIGKILL)  # its own session since before its pid was sent
                 except ProcessLookupError:  # the whole group ended already
                     pass
-                self.children[pid] = None  # reaped later, nobody to tell
+                self.children[pid] = None  # reaped once it exited, nobody to tell
         conn.close()
 
 
