@@ -168,6 +168,15 @@ def test_two_ups_at_once_start_one_cluster(warm_env):
     assert [p.pid for p in _keepers(warm_env)] == [records[0]["keeper_pid"]]
 
 
+def test_up_when_one_is_up_says_which_asked_settings_it_has_otherwise(warm_env):
+    assert _cli(warm_env, "up", "--idle-timeout", "0", "--prewarm", "none", "--spares", "0").returncode == 0
+    again = _cli(warm_env, "up", "--spares", "2", "--idle-timeout", "1h")
+    assert again.returncode == 0 and "already up" in again.stderr + again.stdout
+    assert "--idle-timeout 0.0; --spares 0: not what was asked" in again.stderr, again.stderr
+    same = _cli(warm_env, "up", "--spares", "0")  # what it has, and nothing else asked
+    assert "already up" in same.stderr + same.stdout and "not what was asked" not in same.stderr
+
+
 def test_idle_timeout_stops_it(warm_env):
     up = _cli(warm_env, "up", "--idle-timeout", "3s", "--prewarm", "none", "--json")
     assert up.returncode == 0, up.stderr

@@ -171,7 +171,7 @@ def _up(args: argparse.Namespace) -> int:
     from trainkit._internal.cluster import warm, warm_keeper
 
     try:
-        idle_s = warm.parse_duration(args.idle_timeout)
+        idle_s = warm.parse_duration(args.idle_timeout) if args.idle_timeout is not None else warm.DEFAULT_IDLE_TIMEOUT_S
     except ValueError:
         _say(f"trainkit up: --idle-timeout {args.idle_timeout!r}: give e.g. 90s, 30m, 2h, or 0 for never", error=True)
         return 2
@@ -191,7 +191,20 @@ def _up(args: argparse.Namespace) -> int:
          f"{record['keeper_pid']}, {record.get('num_cpus') or '?'} CPUs, {idle}, prewarm: "
          f"{', '.join(record['prewarm']) or 'nothing'}, {record.get('spares', 0)} spare workers); "
          "`trainkit down` stops it")
+    if not started and (unlike := _settings_unlike(args, record, idle_s, prewarm)):
+        _say(f"trainkit up: the cluster already up has {'; '.join(unlike)}: not what was asked; "
+             "`trainkit down`, then `trainkit up` again, to change them", error=True)
     return 0
+
+
+def _settings_unlike(args: argparse.Namespace, record: dict, idle_s: float, prewarm: list[str]) -> list[str]:
+    """The settings given on ``up``'s command line that the cluster already up has otherwise."""
+    asked = {"--idle-timeout": (idle_s, record.get("idle_timeout_s"), args.idle_timeout is not None),
+             "--prewarm": (prewarm, record.get("prewarm"), args.prewarm is not None),
+             "--spares": (args.spares, record.get("spares"), args.spares is not None),
+             "--num-cpus": (args.num_cpus, record.get("num_cpus"), args.num_cpus is not None)}
+    return [f"{flag} {has!r}" for flag, (want, has, given) in asked.items()
+            if given and (float(want) != float(has or 0) if flag in ("--idle-timeout", "--num-cpus") else want != has)]
 
 
 def _down(args: argparse.Namespace) -> int:
@@ -276,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
                              description="Start this user's warm local cluster (Ray on loopback, its files private) "
                              "that fit(), `trainkit launch` and scripts started afterwards attach to instead of "
                              "starting Ray each. Every run still gets fresh worker processes. `trainkit down` stops it.")
-    up.add_argument("--idle-timeout", default="30m", help="stop it when no driver used it for this long: 90s, 30m, "
+    up.add_argument("--idle-timeout", help="stop it when no driver used it for this long: 90s, 30m, "
                     "2h, or 0 for never (default: 30m)")
     up.add_argument("--num-cpus", type=int, help="CPUs the cluster offers (default: the machine's)")
     up.add_argument("--prewarm", action="append", metavar="MODULE", help="a module its idle workers import ahead "
