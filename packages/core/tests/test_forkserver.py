@@ -217,15 +217,25 @@ def _raw_request(address: str, body: bytes, fds: list[int]) -> Any:
     return conn
 
 
+def _idle_fds(proc: psutil.Process) -> int:
+    """The server's open descriptors once it waits for its next event: the last request's all
+    closed (it closes some after its answer)."""
+    deadline = time.monotonic() + 60
+    while Path(f"/proc/{proc.pid}/wchan").read_text() != "do_epoll_wait":
+        assert time.monotonic() < deadline, "the fork server never went back to waiting"
+        time.sleep(0.01)
+    return proc.num_fds()
+
+
 def test_a_malformed_request_is_refused_and_keeps_no_descriptor(server, tmp_path):
-    server_fds = psutil.Process(server["proc"].pid).num_fds
-    before = server_fds()
+    proc = psutil.Process(server["proc"].pid)
+    before = _idle_fds(proc)
     for body in (b"{not json", b"[1, 2]", json.dumps({"argv": 1, "mode": "script", "cwd": None, "env": {},
                                                      "runtime_keys": []}).encode()):
         with open(os.devnull) as a, open(os.devnull) as b, open(os.devnull) as c, \
                 _raw_request(server["address"], body, [a.fileno(), b.fileno(), c.fileno()]) as conn:
             assert "refused" in json.loads(conn.makefile("rb").readline())
-    assert server_fds() == before
+    assert _idle_fds(proc) == before
     script = tmp_path / "job.py"
     script.write_text("print('ran')\n")
     forked = _forked(server, [str(script)], tmp_path)  # and it goes on serving
@@ -271,7 +281,7 @@ def test_out_of_descriptors_it_refuses_and_goes_on_serving(server, tmp_path):
     script.write_text("print('ran')\n")
     proc = psutil.Process(server["proc"].pid)
     limits = proc.rlimit(psutil.RLIMIT_NOFILE)
-    used = proc.num_fds()
+    used = _idle_fds(proc)
     # room for: nothing (accept fails), the connection only (its 3 descriptors do not fit), the
     # request and one of the 2 pipes its child needs
     for room, refusal in ((0, "out of file descriptors"), (1, "expected 3 file descriptors"), (6, "cannot fork")):
@@ -280,7 +290,7 @@ def test_out_of_descriptors_it_refuses_and_goes_on_serving(server, tmp_path):
             assert refusal in _forked(server, [str(script)], tmp_path)
         finally:
             proc.rlimit(psutil.RLIMIT_NOFILE, limits)
-        assert proc.num_fds() == used
+        assert _idle_fds(proc) == used
     forked = _forked(server, [str(script)], tmp_path)
     assert forked.stdout.read() == b"ran\n" and forked.wait() == 0
     go.touch()

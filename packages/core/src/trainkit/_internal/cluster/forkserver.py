@@ -103,15 +103,19 @@ def start(address: str, argv: list[str], mode: str, cwd: str | None, env: dict[s
     try:
         conn.settimeout(_REQUEST_TIMEOUT_S)
         conn.connect(address)
+        replies = conn.makefile("rb")  # one line per answer; a short script's exit may come in the same read
         body = json.dumps({"argv": argv, "mode": mode, "cwd": cwd or os.getcwd(), "env": env,
                            "runtime_keys": sorted(runtime_keys)}).encode()
         message = _HEADER.pack(len(body)) + body
-        sent = socket.send_fds(conn, [message], [devnull, stdout_w, stderr_w])
-        if sent < len(message):  # (an empty sendall on a connection the server closed fails: EPIPE)
-            conn.sendall(message[sent:])
-        conn.settimeout(None)  # the answer, however slow: giving up on a child forked meanwhile would start the script twice
-        replies = conn.makefile("rb")  # one line per answer; a short script's exit may come in the same read
-        reply = read_reply(replies)
+        try:
+            sent = socket.send_fds(conn, [message], [devnull, stdout_w, stderr_w])
+            if sent < len(message):  # (an empty sendall on a connection the server closed fails: EPIPE)
+                conn.sendall(message[sent:])
+        except OSError as exc:  # refused before it was read (out of descriptors): why, if it said
+            reply = read_reply(replies) or {"refused": f"no answer: {exc}"}
+        else:
+            conn.settimeout(None)  # the answer, however slow: giving up on a child forked meanwhile would start the script twice
+            reply = read_reply(replies)
     except OSError as exc:
         reply = {"refused": f"no answer: {exc}"}
     finally:
