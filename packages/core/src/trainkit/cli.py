@@ -199,12 +199,11 @@ def _up(args: argparse.Namespace) -> int:
 
 def _settings_unlike(args: argparse.Namespace, record: dict, idle_s: float, prewarm: list[str]) -> list[str]:
     """The settings given on ``up``'s command line that the cluster already up has otherwise."""
-    asked = {"--idle-timeout": (idle_s, record.get("idle_timeout_s"), args.idle_timeout is not None),
-             "--prewarm": (prewarm, record.get("prewarm"), args.prewarm is not None),
-             "--spares": (args.spares, record.get("spares"), args.spares is not None),
-             "--num-cpus": (args.num_cpus, record.get("num_cpus"), args.num_cpus is not None)}
-    return [f"{flag} {has!r}" for flag, (want, has, given) in asked.items()
-            if given and (float(want) != float(has or 0) if flag in ("--idle-timeout", "--num-cpus") else want != has)]
+    asked = [("--idle-timeout", args.idle_timeout, idle_s, float(record.get("idle_timeout_s") or 0)),
+             ("--prewarm", args.prewarm, prewarm, record.get("prewarm")),
+             ("--spares", args.spares, args.spares, record.get("spares")),
+             ("--num-cpus", args.num_cpus, float(args.num_cpus or 0), float(record.get("num_cpus") or 0))]
+    return [f"{flag} {has!r}" for flag, given, want, has in asked if given is not None and want != has]
 
 
 def _down(args: argparse.Namespace) -> int:

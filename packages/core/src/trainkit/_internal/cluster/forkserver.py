@@ -59,6 +59,9 @@ RUNTIME_READ = frozenset({"PYTHONUNBUFFERED", "PYTHONBREAKPOINT"})
 def load_time_env(env: dict[str, str], runtime_keys: frozenset[str] = frozenset()) -> dict[str, str]:
     """The variables of ``env`` read while Python or a framework loads (less ``runtime_keys``)."""
     return {k: v for k, v in env.items() if k.startswith(LOAD_TIME_ENV) and k not in RUNTIME_READ | runtime_keys}
+
+
+STALE = "site-packages changed since the fork server started"  # the refusal that retires the server
 _HEADER = struct.Struct("!I")
 _REQUEST_TIMEOUT_S = 10.0
 
@@ -213,7 +216,7 @@ class _Server:
         if refused:
             for fd in fds:
                 os.close(fd)
-            if refused.startswith("site-packages"):
+            if refused == STALE:
                 self._retire()  # before the answer: the next request finds no server
             _reply(conn, {"refused": refused})
             conn.close()
@@ -310,7 +313,7 @@ class _Server:
     def _refusal(self, request: dict) -> str | None:
         """Why the child could not be what ``python SCRIPT`` gives (None: it can)."""
         if site_dirs() != self.site_dirs:
-            return "site-packages changed since the fork server started"
+            return STALE
         if request["argv"][0] != sys.executable:
             return f"another interpreter: {request['argv'][0]}"
         runtime = frozenset(request["runtime_keys"])

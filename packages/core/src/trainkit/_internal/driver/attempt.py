@@ -449,13 +449,13 @@ class AttemptRunner:
         log = self.storage.path(LOGS, f"attempt_{self.state.attempt}", f"rank_{rank}.txt")
         tail = "\n".join(self._tails.get(rank, ())) or "(none received)"
         lost = node_lost(worker.node_id)
-        if lost and ray_runtime.own_cluster() is not None:  # the one node of trainkit's single-machine cluster
-            return WorkerGroupError(f"rank {rank} died with its node ({type(exc).__name__}): {lost}; it was the "
-                                    f"whole {'warm' if ray_runtime.warm_address() else 'embedded'} Ray cluster: every "
-                                    f"worker went with it (attempt {self.state.attempt})", {rank: exc}, rank=rank,
-                                    error_type=FailureKind.CLUSTER_DIED)
         if lost:
             why = f"died with its node ({type(exc).__name__}): {lost}"
+            if ray_runtime.own_cluster() is not None:  # the one node of trainkit's single-machine cluster
+                kind = "warm" if ray_runtime.warm_address() else "embedded"
+                return WorkerGroupError(f"rank {rank} {why}; it was the whole {kind} Ray cluster: every worker went "
+                                        f"with it (attempt {self.state.attempt})", {rank: exc}, rank=rank,
+                                        error_type=FailureKind.CLUSTER_DIED)
         elif isinstance(exc, ray.exceptions.ActorUnavailableError):
             why = (f"is unreachable: its worker process on node {worker.ip} (node id {worker.node_id[:12]}) stopped "
                    f"answering ({type(exc).__name__}): the network to that node, or the machine, went down, or the "
