@@ -162,6 +162,15 @@ class BackendConfig:
     #: still placing and wiring the group (e.g. ``("torch", "torch.distributed")``).
     prewarm_modules: ClassVar[tuple[str, ...]] = ()
 
+    #: Set, the embedded cluster's workers start forked from one process that imported
+    #: ``prewarm_modules`` for them all, once (the first trainer's, ``cluster/forkserver.py``). That
+    #: process loads them with ``OMP_NUM_THREADS=1`` (Ray's value for a worker of one CPU) where the
+    #: driver sets none; a forked worker Ray gives another value (its CPUs) calls
+    #: ``follow_thread_count(loaded, wanted)`` before the training function, to size the
+    #: framework's thread pools as importing it with ``wanted`` would have. None: the framework's
+    #: pools cannot follow, and its workers start as fresh processes.
+    follow_thread_count: ClassVar[Callable[[int, int], None] | None] = None
+
     @property
     def backend_cls(self) -> type[Backend]:
         return Backend

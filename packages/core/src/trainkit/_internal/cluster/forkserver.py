@@ -61,6 +61,18 @@ def load_time_env(env: dict[str, str], runtime_keys: frozenset[str] = frozenset(
     return {k: v for k, v in env.items() if k.startswith(LOAD_TIME_ENV) and k not in RUNTIME_READ | runtime_keys}
 
 
+loaded_env: dict[str, str] | None = None  # in a forked child: the environment its preloaded modules loaded with
+
+
+def thread_counts() -> tuple[int, int] | None:
+    """In a forked child whose OMP_NUM_THREADS changed since its preloaded modules loaded (Ray
+    sets it as an actor starts): (the value they loaded with, the value now); else None."""
+    loaded, now = (loaded_env or {}).get("OMP_NUM_THREADS", ""), os.environ.get("OMP_NUM_THREADS", "")
+    if loaded_env is None or loaded == now or not loaded.isdigit() or not now.isdigit():
+        return None
+    return int(loaded), int(now)
+
+
 STALE = "site-packages changed since the fork server started"  # the refusal that retires the server
 _HEADER = struct.Struct("!I")
 _REQUEST_TIMEOUT_S = 10.0
@@ -70,9 +82,9 @@ _REQUEST_TIMEOUT_S = 10.0
 class ForkedScript:
     """A script the server started for this rank, as much of ``subprocess.Popen`` as launch uses."""
 
-    def __init__(self, pid: int, conn: socket.socket, replies: Any, stdout: int, stderr: int):
+    def __init__(self, pid: int, conn: socket.socket, replies: Any, stdout: int | None, stderr: int | None):
         self.pid, self._conn, self._replies, self.returncode = pid, conn, replies, None
-        self.stdout, self.stderr = os.fdopen(stdout, "rb", buffering=0), os.fdopen(stderr, "rb", buffering=0)
+        self.stdout, self.stderr = (None if fd is None else os.fdopen(fd, "rb", buffering=0) for fd in (stdout, stderr))
 
     def wait(self) -> int:
         """The exit status as ``Popen.wait`` gives it (-N: killed by signal N)."""
@@ -92,16 +104,22 @@ class ForkedScript:
 
 
 def start(address: str, argv: list[str], mode: str, cwd: str | None, env: dict[str, str],
-          runtime_keys: set[str]) -> ForkedScript | str:
+          runtime_keys: set[str], inherit_stdio: bool = False) -> ForkedScript | str:
     """Ask the server at ``address`` to run ``argv`` (``[sys.executable, SCRIPT or "-m", MODULE,
     *args]``); the started script, or why not (then run it as a fresh process). ``runtime_keys``:
-    the environment variables the caller set that the script reads at run time (never compared)."""
+    the environment variables the caller set that the script reads at run time (never compared).
+    The script's stdout and stderr are pipes the caller reads, or with ``inherit_stdio`` the
+    caller's own stdio (then ``ForkedScript.stdout``/``stderr`` are None)."""
     if mode not in ("script", "module") or argv[0] != sys.executable:
         return f"{mode} mode, {argv[0]}: not what the fork server runs"
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    stdout_r, stdout_w = os.pipe()
-    stderr_r, stderr_w = os.pipe()
-    devnull = os.open(os.devnull, os.O_RDONLY)
+    if inherit_stdio:
+        devnull, stdout_w, stderr_w = os.dup(0), os.dup(1), os.dup(2)
+        stdout_r = stderr_r = None
+    else:
+        stdout_r, stdout_w = os.pipe()
+        stderr_r, stderr_w = os.pipe()
+        devnull = os.open(os.devnull, os.O_RDONLY)
     replies = None
     try:
         conn.settimeout(_REQUEST_TIMEOUT_S)
@@ -128,8 +146,9 @@ def start(address: str, argv: list[str], mode: str, cwd: str | None, env: dict[s
         if replies is not None:
             replies.close()
         conn.close()  # (a child forked for it meanwhile: the server kills it)
-        os.close(stdout_r)
-        os.close(stderr_r)
+        for fd in (stdout_r, stderr_r):
+            if fd is not None:
+                os.close(fd)
         return (reply or {}).get("refused", "the fork server closed the connection")
     return ForkedScript(reply["pid"], conn, replies, stdout_r, stderr_r)
 
@@ -146,8 +165,9 @@ def read_reply(replies: Any) -> dict | None:
 
 # -- the server -----------------------------------------------------------------------------------
 class _Server:
-    def __init__(self, address: str, preloaded: set[str]):
-        self.top_level = {name.partition(".")[0] for name in preloaded}
+    def __init__(self, address: str):
+        """Listen at ``address`` at once: a request made while the modules load waits for them."""
+        self.top_level: set[str] = set()  # the preloaded modules' top-level names, once loaded
         self.env = dict(os.environ)
         self.site_dirs = site_dirs()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -548,6 +568,7 @@ def _exit(code: int, interrupted: bool) -> None:
 
 def _main(argv: list[str]) -> None:
     """``python -m trainkit._internal.cluster.forkserver SOCKET KEEPER_PID MODULE...``"""
+    global loaded_env
     import importlib
 
     address, keeper, modules = argv[0], int(argv[1]), argv[2:]
@@ -555,16 +576,19 @@ def _main(argv: list[str]) -> None:
     die_with_parent()
     if os.getppid() != keeper:
         return  # the keeper died before the line above
+    sys.modules.setdefault("trainkit._internal.cluster.forkserver", sys.modules[__name__])  # one loaded_env
+    server = _Server(address)
     for name in modules:
         try:
             importlib.import_module(name)
         except Exception as exc:  # noqa: BLE001 - its rank imports it again and reports the error
             print(f"trainkit fork server: cannot preload {name}: {exc}", file=sys.stderr, flush=True)
-    preloaded = set(sys.modules)
+    server.top_level = {name.partition(".")[0] for name in sys.modules}
     gc.collect()
     gc.freeze()  # the children never touch the preloaded objects' GC headers: their pages stay shared
-    request = _Server(address, preloaded).serve()
+    request = server.serve()
     if request is not None:  # in a forked child; None: the retired server's last script ended
+        loaded_env = server.env
         _run(request)
 
 

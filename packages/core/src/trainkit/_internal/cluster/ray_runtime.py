@@ -16,8 +16,9 @@ Ray internals: to start and stop faster and to drop one console warning, trainki
 of Ray's private functions while it starts the embedded cluster (the pyproject bounds Ray to the
 releases tested with them): no autoscaler monitor, log monitor or API server; stand-ins for the
 two per-node agents (``ray_agent_stub.py``: no dashboard agent, the runtime env agent on first
-use); 20 ms socket retries; a worker entry point that imports pydantic only when used
-(``ray_worker_main.py``); a 20 ms poll for the raylet's registration; a parallel stop at exit.
+use); 20 ms socket retries; a worker entry point that imports pydantic only when used and starts
+the worker forked from a fork server that imported the framework once for the cluster
+(``ray_worker_main.py``, ``start_fork_server``); a 20 ms poll for the raylet's registration; a parallel stop at exit.
 ``TRAINKIT_RAY_PATCHES=0`` turns them off: Ray's own code paths, slower, everything else the same
 (loopback, private files and the cluster's own session included).
 
@@ -40,8 +41,9 @@ from trainkit._internal.cluster import ray_worker_main, warm, watchdog
 from trainkit._internal.cluster.userdir import private_dir
 
 
-def ensure_ray(**init_kwargs: object) -> None:
-    """Connect to Ray unless connected; ``init_kwargs`` (e.g. ``num_cpus``) shape an embedded cluster."""
+def ensure_ray(fork_modules: tuple[str, ...] = (), **init_kwargs: object) -> None:
+    """Connect to Ray unless connected; ``init_kwargs`` (e.g. ``num_cpus``) shape an embedded cluster,
+    whose workers start forked from a process that imported ``fork_modules`` (``start_fork_server``)."""
     import ray
 
     if ray.is_initialized():
@@ -79,29 +81,66 @@ def ensure_ray(**init_kwargs: object) -> None:
                                      **(init_kwargs.get("_system_config") or {})}
     if patched:
         ray_worker_main.lazy_pydantic()  # the workers' own is in ray_worker_main, their entry point
+    workers_env = os.environ.get(ray_worker_main.WORKERS_ENV)
+    if patched and fork_modules:  # loading while Ray starts; the raylet, and so its workers, inherit the variable
+        os.environ[ray_worker_main.WORKERS_ENV] = start_fork_server(fork_modules)
     try:
         # address="local": an embedded cluster, never one that `ray start` (or another process's
         # test cluster) recorded in /tmp/ray; a cluster is joined only through RAY_ADDRESS.
         ray.init(address="local", include_dashboard=False, _node_ip_address="127.0.0.1",
                  _temp_dir=str(private_dir() / "ray"), **quiet, **init_kwargs)
+    except BaseException:
+        _stop_fork_server()
+        raise
     finally:
         notice.setLevel(level)
         for owner, name, original in originals:
             setattr(owner, name, original)
         environ, ray._private.ray_constants.ENABLE_RAY_CLUSTER = single_machine
-        if environ is None:
-            os.environ.pop(SINGLE_MACHINE, None)
-        else:
-            os.environ[SINGLE_MACHINE] = environ
+        for name, value in ((SINGLE_MACHINE, environ), (ray_worker_main.WORKERS_ENV, workers_env)):
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     global _embedded_node
     _embedded_node = ray._private.worker._global_node
     if patched:
         atexit.register(_stop_embedded_cluster)  # runs before Ray's own exit hook (atexit is LIFO)
     node = getattr(ray._private.worker, "_global_node", None)
     processes = getattr(node, "all_processes", None) or {}
-    watchdog.start([info.process.pid for infos in processes.values() for info in infos])
+    watchdog.start([info.process.pid for infos in processes.values() for info in infos]
+                   + ([_fork_server.pid] if _fork_server is not None else []))
 
 
+def start_fork_server(modules: tuple[str, ...]) -> str:
+    """Start the embedded cluster's fork server with ``modules`` imported (``forkserver.py``): each
+    of the cluster's Python workers is then a fork of it (``ray_worker_main.py``), a fresh process
+    that imports neither the framework nor Ray's worker modules of its own. Returns its socket's
+    path. It loads with the OMP_NUM_THREADS Ray gives a worker of one CPU (1) where this process
+    sets none; a worker Ray gives more follows it (``BackendConfig.follow_thread_count``). It dies
+    with this process (the thread that calls this, as Ray's own processes do) and stops with the
+    cluster."""
+    global _fork_server
+    from trainkit._internal.cluster import forkserver
+
+    _stop_fork_server()  # the previous cluster's (the user's ray.shutdown() stopped that cluster)
+    address = str(private_dir() / f"workers-{os.getpid()}.sock")
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    env.pop(forkserver.ENV, None)
+    _fork_server = subprocess.Popen([sys.executable, "-m", "trainkit._internal.cluster.forkserver", address,
+                                     str(os.getpid()), *modules], stdin=subprocess.DEVNULL, cwd="/", env=env)
+    return address
+
+
+def _stop_fork_server() -> None:
+    global _fork_server
+    if _fork_server is not None and _fork_server.poll() is None:
+        _fork_server.kill()  # after the raylet: its workers are gone (a forked one dies with it)
+        _fork_server.wait()
+    _fork_server = None
+
+
+_fork_server: subprocess.Popen | None = None  # the embedded cluster's (start_fork_server)
 _embedded_node = None  # the node of the cluster ensure_ray started in this process
 _warm_node = None  # this process's node object while connected to the warm cluster (``trainkit up``)
 _warm_address: str | None = None
@@ -411,6 +450,7 @@ def abandon_embedded_cluster() -> None:
     if node is not None:
         node.kill_all_processes = lambda *_args, **_kwargs: None  # all gone, or going
     ray.shutdown()
+    _stop_fork_server()
     watchdog.stop()
 
 
@@ -449,4 +489,5 @@ def _stop_embedded_cluster() -> None:
 
     node.kill_all_processes = kill_all
     ray.shutdown()
+    _stop_fork_server()
     watchdog.stop()

@@ -1,4 +1,12 @@
-"""The Python worker of the embedded cluster: Ray's own ``default_worker.py``, after one change.
+"""The Python worker of the embedded cluster: Ray's own ``default_worker.py``, after two changes.
+
+Where the cluster has a fork server (``WORKERS_ENV`` names its socket: the embedded cluster's, with
+the first trainer's framework imported, ``ray_runtime.start_fork_server``), this process is a stand-in
+that asks the server for a forked child to be the worker, waits for the child and exits as it
+does: the worker starts with the framework imported, in a process of its own (Ray registers the
+child's pid; it kills the child, the stand-in follows). Refused (``forkserver._refusal``: another
+interpreter, an environment the framework would load otherwise, site-packages changed) or with the
+server gone, the stand-in is the worker itself, as without a server.
 
 Ray gives every process a serializer for pydantic's ``ModelField`` (FastAPI's pydantic-v1
 compatibility type) and imports pydantic to do so: 0.2-0.3 s of CPU in the driver and in every
@@ -10,10 +18,12 @@ file imports nothing of trainkit.
 
 import importlib.util
 import os
+import signal
 import runpy
 import sys
 import types
 
+WORKERS_ENV = "TRAINKIT_WORKER_FORKSERVER"  # the socket of the fork server the cluster's workers start from
 _PYDANTIC_COMPAT = ("ray._common.pydantic_compat", "ray._private.pydantic_compat")  # newer Ray, older Ray
 
 
@@ -49,7 +59,39 @@ def lazy_pydantic() -> None:
     addons.apply = apply
 
 
+def _forkserver():
+    """``forkserver.py``, loaded without importing trainkit (the server's own copy in a forked child)."""
+    if (loaded := sys.modules.get("trainkit._internal.cluster.forkserver")) is not None:
+        return loaded
+    spec = importlib.util.spec_from_file_location("_trainkit_forkserver", os.path.join(os.path.dirname(__file__), "forkserver.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_forked(address: str) -> int | None:
+    """Have the server at ``address`` fork this worker; its exit status (-N: signal N), or None
+    when it was not forked (the reason goes to the worker's log)."""
+    forkserver = _forkserver()
+    if forkserver.loaded_env is not None:
+        return None  # this is the forked child
+    # Ray sets OMP_NUM_THREADS when it starts an actor's task (its CPUs, else 1), after the
+    # framework loaded here: a forked worker's framework follows it then (``follow_thread_count``)
+    runtime_keys = set() if "OMP_NUM_THREADS" in os.environ else {"OMP_NUM_THREADS"}
+    child = forkserver.start(address, [sys.executable, os.path.abspath(__file__), *sys.argv[1:]], "script",
+                             os.getcwd(), dict(os.environ), runtime_keys, inherit_stdio=True)
+    if isinstance(child, str):
+        print(f"trainkit: this worker was not forked: {child}", file=sys.stderr, flush=True)
+        return None
+    return child.wait()
+
+
 if __name__ == "__main__":
+    if (address := os.environ.get(WORKERS_ENV)) and (code := run_forked(address)) is not None:
+        if code < 0:
+            signal.signal(-code, signal.SIG_DFL)
+            os.kill(os.getpid(), -code)
+        os._exit(code & 0xFF)
     lazy_pydantic()
     import ray._private.workers
 

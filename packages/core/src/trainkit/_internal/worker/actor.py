@@ -17,7 +17,7 @@ import time
 import traceback
 from typing import Any, Callable
 
-from trainkit._internal.cluster.forkserver import site_dirs
+from trainkit._internal.cluster import forkserver
 from trainkit._internal.storage.run_storage import RunStorage
 from trainkit._internal.worker import preemption
 from trainkit._internal.worker.context_types import TrainContext
@@ -98,7 +98,7 @@ class Worker:
 
     def __init__(self, prewarm_modules: tuple[str, ...] = ()) -> None:
         self._import_s: float | None = None  # how long the prewarm imports took, once done
-        self._site_dirs = site_dirs()  # before the prewarm imports: a spare is stale once they change
+        self._site_dirs = forkserver.site_dirs()  # before the prewarm imports: a spare is stale once they change
         self._prewarm: threading.Thread | None = None
         if prewarm_modules:  # overlap the framework's import with the group's setup round trips
             self._prewarm = threading.Thread(target=self._import_all, args=(prewarm_modules,), daemon=True)
@@ -140,7 +140,7 @@ class Worker:
         with self._claim_lock:
             if self._claimer is not None:
                 return False
-            if site_dirs() != self._site_dirs:
+            if forkserver.site_dirs() != self._site_dirs:
                 ray.actor.exit_actor()
             self._claimer = claimer
         sys.path[:0] = [p for p in sys_path if p not in sys.path]
@@ -215,6 +215,8 @@ class Worker:
 
                 if self._prewarm is not None:
                     self._prewarm.join()
+                if (follow := backend_config.follow_thread_count) and (counts := forkserver.thread_counts()):
+                    follow(*counts)  # a forked worker's framework loaded with another OMP_NUM_THREADS
                 fn = cloudpickle.loads(pickled_fn)
                 self._session.progress.mark()  # progress counts from the training function's start, not its imports
                 with backend_config.train_fn_context():

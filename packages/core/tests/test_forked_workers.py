@@ -1,0 +1,90 @@
+"""The embedded cluster's workers start forked from one process that imported the framework once
+(``ray_runtime.start_fork_server``, ``ray_worker_main.py``): fresh processes each fit, the user's
+edits seen, thread pools sized as Ray sizes a fresh worker's, and a fresh start where none serves."""
+
+import json
+import os
+import sys
+import textwrap
+
+from trainkit.testing import subprocesses
+
+FRAMEWORK = '''
+import os
+from dataclasses import dataclass
+from typing import ClassVar
+from trainkit import BackendConfig
+
+LOADED_IN = os.getpid()  # the process that imported this "framework"
+
+
+def follow(loaded, wanted):
+    os.environ["FOLLOWED"] = f"{loaded}->{wanted}"
+
+
+@dataclass
+class ForkConfig(BackendConfig):
+    prewarm_modules: ClassVar = ("fork_framework",)
+    follow_thread_count: ClassVar = staticmethod(follow)
+'''
+
+DRIVER = '''
+import json, os, signal, sys
+import trainkit
+from trainkit import DataParallelTrainer, RunConfig, ScalingConfig
+from trainkit._internal.cluster import ray_runtime
+from fork_framework import ForkConfig
+
+OUT = sys.argv[1]
+
+
+def fn(config):
+    import fork_framework, user_code
+
+    rank = trainkit.get_context().get_world_rank()
+    with open(os.path.join(OUT, f"{config['fit']}-{rank}.json"), "w") as f:
+        json.dump({"pid": os.getpid(), "ppid": os.getppid(), "loaded_in": fork_framework.LOADED_IN,
+                   "version": user_code.VERSION, "followed": os.environ.get("FOLLOWED"),
+                   "omp": os.environ.get("OMP_NUM_THREADS")}, f)
+
+
+def fit(name, workers, cpus):
+    result = DataParallelTrainer(fn, backend_config=ForkConfig(), train_loop_config={"fit": name},
+                                 scaling_config=ScalingConfig(num_workers=workers, resources_per_worker={"CPU": cpus}),
+                                 run_config=RunConfig(name=name, storage_path=OUT, verbose=0)).fit()
+    assert result.error is None, result.error
+
+
+fit("first", 2, 1)
+with open("user_code.py", "w") as f:
+    f.write("VERSION = 2\\n")  # an edit between two fits of one driver
+fit("edited", 1, 2)
+server = ray_runtime._fork_server
+print("SERVER", server.pid, flush=True)
+server.kill()
+server.wait()
+fit("no_server", 2, 1)
+'''
+
+
+def test_workers_fork_from_one_process_that_imported_the_framework(tmp_path):
+    (tmp_path / "fork_framework.py").write_text(FRAMEWORK)
+    (tmp_path / "user_code.py").write_text("VERSION = 1\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+           "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("OMP_NUM_THREADS", None)  # Ray's per-actor value then, which a forked worker follows
+    out = subprocesses.run([sys.executable, "-c", textwrap.dedent(DRIVER), str(tmp_path)], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    server = int(next(line.split()[1] for line in out.stdout.splitlines() if line.startswith("SERVER")))
+    ranks = {path.stem: json.loads(path.read_text()) for path in tmp_path.glob("*-*.json")}
+    first, edited, no_server = ([ranks[f"{fit}-{r}"] for r in range(n)] for fit, n in
+                                (("first", 2), ("edited", 1), ("no_server", 2)))
+    for rank in first + edited:  # forked from the server, the framework imported there, not here
+        assert rank["ppid"] == server and rank["loaded_in"] == server, rank
+    assert len({rank["pid"] for rank in first + edited + no_server}) == 5  # a fresh process each
+    assert [rank["version"] for rank in first + edited] == [1, 1, 2]  # the user's code imported by the worker
+    # Ray's OMP_NUM_THREADS (the worker's CPUs); the framework loaded with 1 follows it where it differs
+    assert [(rank["omp"], rank["followed"]) for rank in first + edited] == [("1", None), ("1", None), ("2", "1->2")]
+    for rank in no_server:  # the server gone: each worker starts as a fresh process, imports of its own
+        assert rank["ppid"] != server and rank["loaded_in"] == rank["pid"], rank
