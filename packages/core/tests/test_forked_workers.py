@@ -4,7 +4,10 @@ edits seen, thread pools sized as Ray sizes a fresh worker's, and a fresh start 
 
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
 import textwrap
 
 from trainkit.testing import subprocesses
@@ -71,7 +74,7 @@ def test_workers_fork_from_one_process_that_imported_the_framework(tmp_path):
     (tmp_path / "fork_framework.py").write_text(FRAMEWORK)
     (tmp_path / "user_code.py").write_text("VERSION = 1\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
-           "PYTHONDONTWRITEBYTECODE": "1"}
+           "PYTHONDONTWRITEBYTECODE": "1", "TRAINKIT_WARM_WORKERS": "0"}  # (a fit's workers start with it)
     env.pop("OMP_NUM_THREADS", None)  # Ray's per-actor value then, which a forked worker follows
     out = subprocesses.run([sys.executable, "-c", textwrap.dedent(DRIVER), str(tmp_path)], cwd=tmp_path,
                            env=env, capture_output=True, text=True, timeout=300)
@@ -88,3 +91,49 @@ def test_workers_fork_from_one_process_that_imported_the_framework(tmp_path):
     assert [(rank["omp"], rank["followed"]) for rank in first + edited] == [("1", None), ("1", None), ("2", "1->2")]
     for rank in no_server:  # the server gone: each worker starts as a fresh process, imports of its own
         assert rank["ppid"] != server and rank["loaded_in"] == rank["pid"], rank
+
+
+OUTLIVE = '''
+import os, sys, time
+import trainkit
+from trainkit import DataParallelTrainer, RunConfig, ScalingConfig
+from fork_framework import ForkConfig
+
+OUT = sys.argv[1]
+
+
+def fn():
+    rank = trainkit.get_context().get_world_rank()
+    open(os.path.join(OUT, f"training-{rank}"), "w").write(str(os.getppid()))
+    while not os.path.exists(os.path.join(OUT, "go")):
+        time.sleep(0.05)
+    trainkit.report({"pid": os.getpid()})
+
+
+trainer = DataParallelTrainer(fn, backend_config=ForkConfig(), scaling_config=ScalingConfig(num_workers=2),
+                              run_config=RunConfig(name="outlive", storage_path=OUT, verbose=0))
+result = trainer.fit()
+print("ERROR", result.error, flush=True)
+'''
+
+
+def test_killing_the_fork_server_while_its_workers_train_ends_no_worker(tmp_path):
+    """The workers are Ray's: the fork server dying (killed, OOM) mid-run ends none of them."""
+    (tmp_path / "fork_framework.py").write_text(FRAMEWORK)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    driver = subprocesses.start([sys.executable, "-c", textwrap.dedent(OUTLIVE), str(tmp_path)], cwd=tmp_path,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while not all((tmp_path / f"training-{rank}").read_text() if (tmp_path / f"training-{rank}").exists()
+                      else "" for rank in range(2)):
+            assert driver.poll() is None, driver.stderr.read()[-3000:]
+            time.sleep(0.05)
+        [server] = {int((tmp_path / f"training-{rank}").read_text()) for rank in range(2)}  # their parent
+        assert "forkserver" in open(f"/proc/{server}/cmdline").read()
+        os.kill(server, signal.SIGKILL)
+        time.sleep(1.0)  # (a worker dying with it would be seen by Ray within this)
+        (tmp_path / "go").touch()
+        out, err = driver.communicate(timeout=120)
+    finally:
+        subprocesses.end(driver)
+    assert driver.returncode == 0 and "ERROR None" in out, out[-2000:] + err[-3000:]

@@ -16,6 +16,7 @@ import pytest
 from trainkit._internal.cluster import net
 from trainkit._internal.cluster.net import free_ports
 from trainkit._internal.worker import spare
+from trainkit.backend import BackendConfig
 from trainkit.config import RunConfig
 
 _names = itertools.count()
@@ -29,15 +30,28 @@ _STOPPING_S = 120.0
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[Any]:
     """A quiet local Ray instance with 4 logical CPUs for the test module (2 workers x 1 CPU fit twice)."""
+    with embedded_cluster() as ray:
+        yield ray
+
+
+@contextlib.contextmanager
+def embedded_cluster(framework: type[BackendConfig] | None = None) -> Iterator[Any]:
+    """The embedded cluster ``fit()`` starts, with 4 logical CPUs, this process connected to it; its
+    workers fork from a server that imported ``framework`` (``BackendConfig.forked_framework``),
+    as where that trainer's ``fit()`` starts it. A plugin's conftest may override ``ray_cluster``
+    with it so that its tests run on the workers its users get."""
     import ray
 
-    from trainkit._internal.cluster.ray_runtime import ensure_ray
+    from trainkit._internal.cluster.ray_runtime import ensure_ray, stop_fork_server
 
     if ray.is_initialized():
         ray.shutdown()
-    ensure_ray(num_cpus=4)
-    yield ray
-    ray.shutdown()
+    ensure_ray(framework, num_cpus=4)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        stop_fork_server()
 
 
 @contextlib.contextmanager
@@ -141,9 +155,12 @@ def no_leaked_threads() -> Iterator[None]:
 
 
 def _ray_owned(process: Any) -> bool:
-    """Ray keeps a pool of idle worker processes under its raylet; those are Ray's, not a leak."""
+    """Ray keeps a pool of idle worker processes under its raylet; those are Ray's, not a leak. A
+    forked worker's stand-in (``ray_worker_main.py``, the process Ray started) ends with its worker,
+    which is what is judged."""
     try:
-        return process.name().startswith("ray::IDLE") or "ray::IDLE" in " ".join(process.cmdline())
+        cmdline = " ".join(process.cmdline())
+        return process.name().startswith("ray::IDLE") or "ray::IDLE" in cmdline or "ray_worker_main.py" in cmdline
     except Exception:  # noqa: BLE001 - it exited meanwhile
         return True
 

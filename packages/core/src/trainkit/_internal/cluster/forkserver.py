@@ -29,7 +29,8 @@ The promise, and where it stops:
   either, is skipped (0.2-0.3 s with torch).
 - The child dies with the rank: when the rank's connection closes before the script ended (its
   worker died) the server SIGKILLs the child's process group, and every child gets SIGKILL when the
-  server dies (``PR_SET_PDEATHSIG``), the server when the keeper dies.
+  server dies (``PR_SET_PDEATHSIG``; not one asked to outlive it, a Ray worker, which Ray ends), the
+  server when the keeper dies.
 - A child's pid is its own until its rank has read its exit status (the server keeps it a zombie,
   as a ``Popen`` child stays one until its parent waits), so the rank's signals to the script's
   process group never reach another process that got the pid meanwhile.
@@ -51,6 +52,7 @@ import sys
 from typing import Any
 
 ENV = "TRAINKIT_FORKSERVER"  # the socket's path, in the warm cluster's processes
+FOLLOW_ENV = "TRAINKIT_FOLLOW_THREADS"  # in the server: what a forked worker calls when its OMP_NUM_THREADS changed
 # environment variables read while Python or a framework loads (less those read only at run time)
 LOAD_TIME_ENV = ("PYTHON", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "LD_", "LC_", "LANG")
 RUNTIME_READ = frozenset({"PYTHONUNBUFFERED", "PYTHONBREAKPOINT"})
@@ -64,13 +66,16 @@ def load_time_env(env: dict[str, str], runtime_keys: frozenset[str] = frozenset(
 loaded_env: dict[str, str] | None = None  # in a forked child: the environment its preloaded modules loaded with
 
 
-def thread_counts() -> tuple[int, int] | None:
+def follow_thread_count() -> None:
     """In a forked child whose OMP_NUM_THREADS changed since its preloaded modules loaded (Ray
-    sets it as an actor starts): (the value they loaded with, the value now); else None."""
+    sets it as an actor starts): call the function ``FOLLOW_ENV`` names in the server
+    (``module:name``) with the value they loaded with and the value now."""
+    import importlib
+
     loaded, now = (loaded_env or {}).get("OMP_NUM_THREADS", ""), os.environ.get("OMP_NUM_THREADS", "")
-    if loaded_env is None or loaded == now or not loaded.isdigit() or not now.isdigit():
-        return None
-    return int(loaded), int(now)
+    module, _, name = (loaded_env or {}).get(FOLLOW_ENV, "").partition(":")
+    if module and loaded != now and loaded.isdigit() and now.isdigit():
+        getattr(importlib.import_module(module), name)(int(loaded), int(now))
 
 
 STALE = "site-packages changed since the fork server started"  # the refusal that retires the server
@@ -104,12 +109,13 @@ class ForkedScript:
 
 
 def start(address: str, argv: list[str], mode: str, cwd: str | None, env: dict[str, str],
-          runtime_keys: set[str], inherit_stdio: bool = False) -> ForkedScript | str:
+          runtime_keys: set[str], inherit_stdio: bool = False, outlive_server: bool = False) -> ForkedScript | str:
     """Ask the server at ``address`` to run ``argv`` (``[sys.executable, SCRIPT or "-m", MODULE,
     *args]``); the started script, or why not (then run it as a fresh process). ``runtime_keys``:
     the environment variables the caller set that the script reads at run time (never compared).
     The script's stdout and stderr are pipes the caller reads, or with ``inherit_stdio`` the
-    caller's own stdio (then ``ForkedScript.stdout``/``stderr`` are None)."""
+    caller's own stdio (then ``ForkedScript.stdout``/``stderr`` are None). With ``outlive_server``
+    the script does not die with the server (a Ray worker: Ray ends it)."""
     if mode not in ("script", "module") or argv[0] != sys.executable:
         return f"{mode} mode, {argv[0]}: not what the fork server runs"
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -126,7 +132,7 @@ def start(address: str, argv: list[str], mode: str, cwd: str | None, env: dict[s
         conn.connect(address)
         replies = conn.makefile("rb")  # one line per answer; a short script's exit may come in the same read
         body = json.dumps({"argv": argv, "mode": mode, "cwd": cwd or os.getcwd(), "env": env,
-                           "runtime_keys": sorted(runtime_keys)}).encode()
+                           "runtime_keys": sorted(runtime_keys), "outlive_server": outlive_server}).encode()
         message = _HEADER.pack(len(body)) + body
         try:
             sent = socket.send_fds(conn, [message], [devnull, stdout_w, stderr_w])
@@ -257,7 +263,7 @@ class _Server:
         if pid == 0:
             os.close(ready_r)
             os.close(go_w)
-            self._become_child(conn, fds, server)
+            self._become_child(conn, fds, server, request.get("outlive_server") is True)
             os.close(ready_w)
             if os.read(go_r, 1) != b"g":  # no go: the rank never got its answer
                 os._exit(1)
@@ -350,7 +356,7 @@ class _Server:
             return f"{home} holds its own {', '.join(shadowing)}, which a fresh process would import"
         return None
 
-    def _become_child(self, conn: socket.socket, fds: list[int], server: int) -> None:
+    def _become_child(self, conn: socket.socket, fds: list[int], server: int, outlive_server: bool) -> None:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         self.selector.close()
@@ -363,7 +369,8 @@ class _Server:
             os.dup2(fd, target)
             os.close(fd)
         os.setsid()
-        die_with_parent()
+        if not outlive_server:
+            die_with_parent()
         if os.getppid() != server:
             os._exit(1)  # the server died before the line above
 

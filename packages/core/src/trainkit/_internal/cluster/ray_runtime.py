@@ -34,16 +34,19 @@ import os
 import subprocess
 import sys
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 from pathlib import Path
 
-from trainkit._internal.cluster import ray_worker_main, warm, watchdog
+from trainkit._internal.cluster import forkserver, ray_worker_main, warm, watchdog
 from trainkit._internal.cluster.userdir import private_dir
 
+if TYPE_CHECKING:
+    from trainkit.backend import BackendConfig
 
-def ensure_ray(fork_modules: tuple[str, ...] = (), **init_kwargs: object) -> None:
+
+def ensure_ray(framework: type[BackendConfig] | None = None, **init_kwargs: object) -> None:
     """Connect to Ray unless connected; ``init_kwargs`` (e.g. ``num_cpus``) shape an embedded cluster,
-    whose workers start forked from a process that imported ``fork_modules`` (``start_fork_server``)."""
+    whose workers start forked from a process that imported ``framework`` (``start_fork_server``)."""
     import ray
 
     if ray.is_initialized():
@@ -58,6 +61,8 @@ def ensure_ray(fork_modules: tuple[str, ...] = (), **init_kwargs: object) -> Non
     if (record := warm.attachable()) is not None and _attach_warm(ray, record, quiet):
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if not patched or os.environ.get(FORK_WORKERS, "1") == "0":
+        framework = None
     # single-machine mode for the cluster's own processes, which inherit it as ray.init starts them;
     # then this process's environment is as it was: a `ray start` it runs later (a node of a real
     # cluster) must not inherit it, or Ray refuses to join ("not supported on Windows and OSX")
@@ -78,26 +83,30 @@ def ensure_ray(fork_modules: tuple[str, ...] = (), **init_kwargs: object) -> Non
     # (measured here in one CPU cgroup on one core: a fixed loop took 44.8 s at nice 15, 2.3 s at 0).
     # The embedded cluster's workers, and what they start, keep the driver's priority.
     init_kwargs["_system_config"] = {"worker_niceness": 0, **(_FAST_SOCKET_RETRIES if patched else {}),
+                                     **({"prestart_worker_first_driver": False} if framework else {}),
                                      **(init_kwargs.get("_system_config") or {})}
     if patched:
         ray_worker_main.lazy_pydantic()  # the workers' own is in ray_worker_main, their entry point
-    workers_env = os.environ.get(ray_worker_main.WORKERS_ENV)
-    if patched and fork_modules:  # loading while Ray starts; the raylet, and so its workers, inherit the variable
-        os.environ[ray_worker_main.WORKERS_ENV] = start_fork_server(fork_modules)
+    # the fork server loads while Ray starts; the raylet, so its workers, inherit its address: they
+    # start forked from it, as do `trainkit launch`'s scripts (forkserver.ENV)
+    fork_env = (ray_worker_main.WORKERS_ENV, forkserver.ENV)
+    environ_before = {name: os.environ.get(name) for name in fork_env}
+    if framework is not None:
+        os.environ.update(dict.fromkeys(fork_env, start_fork_server(framework)))
     try:
         # address="local": an embedded cluster, never one that `ray start` (or another process's
         # test cluster) recorded in /tmp/ray; a cluster is joined only through RAY_ADDRESS.
         ray.init(address="local", include_dashboard=False, _node_ip_address="127.0.0.1",
                  _temp_dir=str(private_dir() / "ray"), **quiet, **init_kwargs)
     except BaseException:
-        _stop_fork_server()
+        stop_fork_server()
         raise
     finally:
         notice.setLevel(level)
         for owner, name, original in originals:
             setattr(owner, name, original)
         environ, ray._private.ray_constants.ENABLE_RAY_CLUSTER = single_machine
-        for name, value in ((SINGLE_MACHINE, environ), (ray_worker_main.WORKERS_ENV, workers_env)):
+        for name, value in {SINGLE_MACHINE: environ, **environ_before}.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
@@ -112,34 +121,42 @@ def ensure_ray(fork_modules: tuple[str, ...] = (), **init_kwargs: object) -> Non
                    + ([_fork_server.pid] if _fork_server is not None else []))
 
 
-def start_fork_server(modules: tuple[str, ...]) -> str:
-    """Start the embedded cluster's fork server with ``modules`` imported (``forkserver.py``): each
-    of the cluster's Python workers is then a fork of it (``ray_worker_main.py``), a fresh process
-    that imports neither the framework nor Ray's worker modules of its own. Returns its socket's
-    path. It loads with the OMP_NUM_THREADS Ray gives a worker of one CPU (1) where this process
-    sets none; a worker Ray gives more follows it (``BackendConfig.follow_thread_count``). It dies
-    with this process (the thread that calls this, as Ray's own processes do) and stops with the
-    cluster."""
+def start_fork_server(framework: type[BackendConfig]) -> str:
+    """Start the embedded cluster's fork server with ``framework.prewarm_modules`` imported
+    (``forkserver.py``); returns its socket's path. Each of the cluster's Python workers is then a
+    fork of it (``ray_worker_main.py``): a fresh process that does not import the framework again.
+    It loads with the OMP_NUM_THREADS Ray gives a worker of one CPU (1) where this process sets
+    none; a worker that Ray gives more calls ``framework.follow_thread_count`` (whatever trainer it
+    serves). It dies with this process (the thread that calls this, as Ray's own processes do)
+    and stops with the cluster."""
     global _fork_server
-    from trainkit._internal.cluster import forkserver
-
-    _stop_fork_server()  # the previous cluster's (the user's ray.shutdown() stopped that cluster)
+    stop_fork_server()  # the previous cluster's (the user's ray.shutdown() stopped that cluster)
+    for left in private_dir().glob("workers-*.sock"):  # the sockets of drivers killed before their stop
+        if not watchdog.identities([int(left.name.split("-")[1].split(".")[0])]):
+            left.unlink(missing_ok=True)
     address = str(private_dir() / f"workers-{os.getpid()}.sock")
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    follow = framework.follow_thread_count
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+           forkserver.FOLLOW_ENV: f"{follow.__module__}:{follow.__qualname__}" if follow else ""}
     env.pop(forkserver.ENV, None)
     _fork_server = subprocess.Popen([sys.executable, "-m", "trainkit._internal.cluster.forkserver", address,
-                                     str(os.getpid()), *modules], stdin=subprocess.DEVNULL, cwd="/", env=env)
+                                     str(os.getpid()), *framework.prewarm_modules],
+                                    stdin=subprocess.DEVNULL, cwd="/", env=env)
     return address
 
 
-def _stop_fork_server() -> None:
+def stop_fork_server() -> None:
+    """Stop the embedded cluster's fork server (``start_fork_server``), once its cluster stopped."""
     global _fork_server
-    if _fork_server is not None and _fork_server.poll() is None:
-        _fork_server.kill()  # after the raylet: its workers are gone (a forked one dies with it)
-        _fork_server.wait()
+    if _fork_server is not None:
+        if _fork_server.poll() is None:
+            _fork_server.kill()  # after the raylet: its workers are gone (a forked one dies with it)
+            _fork_server.wait()
+        Path(private_dir(), f"workers-{os.getpid()}.sock").unlink(missing_ok=True)
     _fork_server = None
 
 
+FORK_WORKERS = "TRAINKIT_FORK_WORKERS"  # "0": the embedded cluster's workers start as fresh interpreters
 _fork_server: subprocess.Popen | None = None  # the embedded cluster's (start_fork_server)
 _embedded_node = None  # the node of the cluster ensure_ray started in this process
 _warm_node = None  # this process's node object while connected to the warm cluster (``trainkit up``)
@@ -450,7 +467,7 @@ def abandon_embedded_cluster() -> None:
     if node is not None:
         node.kill_all_processes = lambda *_args, **_kwargs: None  # all gone, or going
     ray.shutdown()
-    _stop_fork_server()
+    stop_fork_server()
     watchdog.stop()
 
 
@@ -489,5 +506,5 @@ def _stop_embedded_cluster() -> None:
 
     node.kill_all_processes = kill_all
     ray.shutdown()
-    _stop_fork_server()
+    stop_fork_server()
     watchdog.stop()

@@ -2,11 +2,12 @@
 
 Where the cluster has a fork server (``WORKERS_ENV`` names its socket: the embedded cluster's, with
 the first trainer's framework imported, ``ray_runtime.start_fork_server``), this process is a stand-in
-that asks the server for a forked child to be the worker, waits for the child and exits as it
-does: the worker starts with the framework imported, in a process of its own (Ray registers the
-child's pid; it kills the child, the stand-in follows). Refused (``forkserver._refusal``: another
-interpreter, an environment the framework would load otherwise, site-packages changed) or with the
-server gone, the stand-in is the worker itself, as without a server.
+that asks the server for a forked child to be the worker, waits for the child and exits as it does:
+the worker starts with the framework imported, in a process of its own. Ray registers the child's
+pid and ends it as any worker (the stand-in follows); the stand-in killed, the server kills the child;
+the server dying does not end the worker (it lives as long as Ray keeps it). Refused (another interpreter,
+an environment the framework would load otherwise, site-packages changed: ``forkserver._refusal``)
+or with no server listening, the stand-in is the worker itself, as without a server.
 
 Ray gives every process a serializer for pydantic's ``ModelField`` (FastAPI's pydantic-v1
 compatibility type) and imports pydantic to do so: 0.2-0.3 s of CPU in the driver and in every
@@ -79,7 +80,7 @@ def run_forked(address: str) -> int | None:
     # framework loaded here: a forked worker's framework follows it then (``follow_thread_count``)
     runtime_keys = set() if "OMP_NUM_THREADS" in os.environ else {"OMP_NUM_THREADS"}
     child = forkserver.start(address, [sys.executable, os.path.abspath(__file__), *sys.argv[1:]], "script",
-                             os.getcwd(), dict(os.environ), runtime_keys, inherit_stdio=True)
+                             os.getcwd(), dict(os.environ), runtime_keys, inherit_stdio=True, outlive_server=True)
     if isinstance(child, str):
         print(f"trainkit: this worker was not forked: {child}", file=sys.stderr, flush=True)
         return None

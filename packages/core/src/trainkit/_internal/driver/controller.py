@@ -88,9 +88,8 @@ class Controller:
                     from trainkit._internal.cluster.ray_runtime import check_can_ever_place, ensure_ray
 
                     begin = time.monotonic()
-                    forkable = self.backend_config.follow_thread_count is not None
                     with ray_init_keeps_breakpoints():
-                        ensure_ray(self.backend_config.prewarm_modules if forkable else ())
+                        ensure_ray(self.backend_config.forked_framework())
                     stop_signals.install()  # Ray's start installs its own SIGTERM handler
                     check_can_ever_place(self.scaling)
                     self._runtime_env = runtime_env.for_workers(self.run_config.worker_runtime_env)

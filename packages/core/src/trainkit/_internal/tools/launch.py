@@ -66,6 +66,15 @@ class LaunchConfig(BackendConfig):
     def backend_cls(self) -> type[Backend]:
         return _LaunchBackend
 
+    def forked_framework(self) -> type[BackendConfig] | None:
+        """The torch backend's, where trainkit-torch is installed: the embedded cluster's fork
+        server then imports torch once, and forks the ranks' workers (rank 0 hosts the agent's
+        TCPStore) and their scripts (``TRAINKIT_FORKSERVER``, as on the warm cluster)."""
+        from trainkit._internal.plugins import get_plugins
+
+        entry = get_plugins().backends.entries.get("torch")
+        return entry.config_cls if entry is not None and entry.config_cls.follow_thread_count else None
+
 
 class _LaunchBackend(Backend):
     def on_start(self, worker_group: Any, backend_config: BackendConfig) -> None:

@@ -215,8 +215,7 @@ class Worker:
 
                 if self._prewarm is not None:
                     self._prewarm.join()
-                if (follow := backend_config.follow_thread_count) and (counts := forkserver.thread_counts()):
-                    follow(*counts)  # a forked worker's framework loaded with another OMP_NUM_THREADS
+                forkserver.follow_thread_count()  # a forked worker's framework loaded with another OMP_NUM_THREADS
                 fn = cloudpickle.loads(pickled_fn)
                 self._session.progress.mark()  # progress counts from the training function's start, not its imports
                 with backend_config.train_fn_context():
