@@ -26,7 +26,8 @@ from p1_cold_start import ENV, command, role  # noqa: E402
 
 JOB = str(Path(__file__).parent / "_p12_job.py")
 SIDES = {"trainkit": ("trainkit", {}), "trainkit paused": ("trainkit", {}),
-         "trainkit cold": ("trainkit", {"TRAINKIT_WARM_WORKERS": "0"}), "raytrain": ("raytrain", {})}
+         "trainkit cold": ("trainkit", {"TRAINKIT_WARM_WORKERS": "0"}),
+         "trainkit unforked": ("trainkit", {"TRAINKIT_FORK_WORKERS": "0"}), "raytrain": ("raytrain", {})}
 
 
 def fits_in_one_driver(side: str, fits: int, pause: float) -> list[float]:

@@ -25,7 +25,9 @@ JOB = str(Path(__file__).parent / "_p1_job.py")
 ENV = {"OMP_NUM_THREADS": "1", "RAY_TRAIN_V2_ENABLED": "1"}
 # "trainkit cold": the same job with warm workers off, to show what prestarting the next fit's workers
 # costs a single fit (the driver starts them as its group stops, just before it exits)
-SIDE_ENV = {"trainkit cold": {"TRAINKIT_WARM_WORKERS": "0"}}
+# "trainkit unforked": the embedded cluster's workers start as fresh interpreters, not forked from its
+# fork server (``TRAINKIT_FORK_WORKERS=0``), to show what the fork server gives
+SIDE_ENV = {"trainkit cold": {"TRAINKIT_WARM_WORKERS": "0"}, "trainkit unforked": {"TRAINKIT_FORK_WORKERS": "0"}}
 PHASES = ("ray_start", "placement", "actors", "setup", "backend", "launch", "first_report")
 
 
@@ -86,7 +88,7 @@ def main() -> None:
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory runs")
     parser.add_argument("--no-warm", action="store_true", help="skip the warm-cluster side (`trainkit up`)")
     args = parser.parse_args()
-    modes = ["torchrun", "trainkit", "trainkit cold"] + ([] if args.no_raytrain else ["raytrain"])
+    modes = ["torchrun", "trainkit", "trainkit cold", "trainkit unforked"] + ([] if args.no_raytrain else ["raytrain"])
     profiles: dict[str, list[dict]] = {}
     warm_memory = {}
     if args.no_warm:
@@ -108,11 +110,13 @@ def main() -> None:
     calmest = min(range(args.rounds), key=lambda i: samples["torchrun"][i] + samples["trainkit"][i])
     ratios = {"trainkit/torchrun": tk / tr, "median round": statistics.median(per_round),
               "calmest round": per_round[calmest], "per round": per_round,
-              "trainkit cold/torchrun": stats["trainkit cold"]["median"] / tr}
+              "trainkit cold/torchrun": stats["trainkit cold"]["median"] / tr,
+              "trainkit unforked/torchrun": stats["trainkit unforked"]["median"] / tr}
     print(f"P1 trainkit/torchrun = {tk / tr:.2f} of the medians; {ratios['median round']:.2f} in the median round "
           f"(target <= 1.25), {per_round[calmest]:.2f} in the calmest (target <= 1.15); per round "
           f"{' '.join(f'{r:.2f}' for r in per_round)}")
     print(f"P1 warm workers off (TRAINKIT_WARM_WORKERS=0): {ratios['trainkit cold/torchrun']:.2f}x torchrun")
+    print(f"P1 workers not forked (TRAINKIT_FORK_WORKERS=0): {ratios['trainkit unforked/torchrun']:.2f}x torchrun")
     if "trainkit warm" in samples:
         warm_rounds = [k / t for k, t in zip(samples["trainkit warm"], samples["torchrun"])]
         ratios["trainkit warm/torchrun"] = stats["trainkit warm"]["median"] / tr

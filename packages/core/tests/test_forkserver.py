@@ -26,7 +26,7 @@ PROBE = textwrap.dedent('''
     OUT = os.environ["PROBE_OUT"]
     kind = sys.argv[1] if len(sys.argv) > 1 else ""
     facts = {"argv": sys.argv, "file": __file__, "name": __name__, "path0": sys.path[0], "cwd": os.getcwd(),
-             "x": os.environ.get("PROBE_X"), "spec": repr(__spec__), "main_is_module": sys.modules["__main__"].__dict__ is globals(),
+             "x": os.environ.get("PROBE_X"), "spec": __import__("re").sub(" at 0x[0-9a-f]+", "", repr(__spec__)), "main_is_module": sys.modules["__main__"].__dict__ is globals(),
              "sigint": repr(__import__("signal").getsignal(2)), "sigpipe": repr(__import__("signal").getsignal(13)),
              "blocked": sorted(__import__("signal").pthread_sigmask(0, ())), "session_leader": os.getsid(0) == os.getpid(),
              "fds": sorted(os.listdir("/proc/self/fd"))}  # nothing of the server's leaks in
@@ -71,8 +71,8 @@ def server(tmp_path):
     proc.wait()
 
 
-def _forked(server, argv, cwd, env=None, runtime_keys=()):
-    return forkserver.start(server["address"], [sys.executable, *argv], "script", str(cwd),
+def _forked(server, argv, cwd, env=None, runtime_keys=(), mode="script"):
+    return forkserver.start(server["address"], [sys.executable, *argv], mode, str(cwd),
                             env or server["env"], set(runtime_keys))
 
 
@@ -86,25 +86,30 @@ def _outcome(returncode: int, stdout: bytes, stderr: bytes, out: Path) -> dict:
 
 
 @pytest.mark.parametrize("kind", ["", "raise", "exit", "message", "interrupt"])
-def test_a_forked_script_is_what_python_script_gives(server, tmp_path, kind):
+@pytest.mark.parametrize("mode", ["script", "module"])
+def test_a_forked_script_is_what_python_script_gives(server, tmp_path, kind, mode):
+    """``python code/probe.py`` / ``python -m code.probe`` (the server runs as ``-m`` itself: the
+    module's globals are the script's own, not the server's)."""
     code = tmp_path / "code"
     code.mkdir()
+    (code / "__init__.py").write_text("")
     (code / "probe.py").write_text(PROBE)
     out = tmp_path / "out"
     env = {**server["env"], "PROBE_OUT": str(out), "PROBE_X": "x", "PYTHONUNBUFFERED": "1"}
-    args = ["code/probe.py", *([kind] if kind else [])]
+    args = ["code/probe.py" if mode == "script" else "-m", *([] if mode == "script" else ["code.probe"]),
+            *([kind] if kind else [])]
 
     fresh = subprocesses.run([sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, timeout=120)
     expected = _outcome(fresh.returncode, fresh.stdout, fresh.stderr, out)
 
-    forked = _forked(server, args, tmp_path, env, runtime_keys={"PROBE_OUT", "PROBE_X", "PYTHONUNBUFFERED"})
+    forked = _forked(server, args, tmp_path, env, runtime_keys={"PROBE_OUT", "PROBE_X", "PYTHONUNBUFFERED"}, mode=mode)
     assert not isinstance(forked, str), forked
     stdout, stderr = forked.stdout.read(), forked.stderr.read()
     got = _outcome(forked.wait(), stdout, stderr, out)
 
     assert got == expected
     assert server["proc"].poll() is None  # the server goes on
-    if kind == "raise":  # the traceback starts at the script, as Python's own
+    if kind == "raise" and mode == "script":  # the traceback starts at the script, as Python's own
         lines = got["stderr"].splitlines()
         assert lines[lines.index("Traceback (most recent call last):") + 1].startswith(f'  File "{code / "probe.py"}"')
 

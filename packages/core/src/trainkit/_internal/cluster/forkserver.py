@@ -513,18 +513,19 @@ def _run(request: dict) -> None:
     if "numpy.random" in sys.modules:  # its global generator was seeded in the server: one seed for all
         sys.modules["numpy.random"].seed()
     code, interrupted = 0, False
+    main = types.ModuleType("__main__")  # the script's own: this one (the server's, run as -m) stays as it is
+    main.__dict__.update(__builtins__=__builtins__)
+    sys.modules["__main__"] = main
     try:
         if request["mode"] == "module":
             import runpy
 
             sys.argv = ["-m", *argv[3:]]
-            runpy._run_module_as_main(argv[2])
+            runpy._run_module_as_main(argv[2])  # runs it in sys.modules["__main__"]
         else:
             sys.argv = argv[1:]
-            main = types.ModuleType("__main__")
             path = os.path.abspath(argv[1])
-            main.__dict__.update(__file__=path, __cached__=None, __builtins__=__builtins__)
-            sys.modules["__main__"] = main
+            main.__dict__.update(__file__=path, __cached__=None)
             with io.open_code(path) as f:
                 source = f.read()
             exec(compile(source, path, "exec"), main.__dict__)

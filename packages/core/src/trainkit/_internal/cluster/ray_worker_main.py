@@ -88,7 +88,7 @@ def run_forked(address: str) -> int | None:
 
 
 if __name__ == "__main__":
-    if (address := os.environ.get(WORKERS_ENV)) and (code := run_forked(address)) is not None:
+    if (address := os.environ.pop(WORKERS_ENV, None)) and (code := run_forked(address)) is not None:
         if code < 0:
             signal.signal(-code, signal.SIG_DFL)
             os.kill(os.getpid(), -code)
