@@ -272,6 +272,8 @@ PIDS_JOB = textwrap.dedent('''
         rank = trainkit.get_context().get_world_rank()
         with open(os.path.join(PIDS, f"{rank}.pid"), "w") as f:
             f.write(str(os.getpid()))
+        with open(os.path.join(PIDS, f"{rank}.ppid"), "w") as f:
+            f.write(str(os.getppid()))
         trainkit.report({"value": usermod.VALUE})
         time.sleep(HOLD_S)
 
@@ -345,6 +347,29 @@ def test_runs_take_the_keepers_spares_one_run_each(warm_env):
         assert proc.returncode == 0, out[-3000:]
     taken = [_worker_pids(pids) & fresh for _, pids in runs]
     assert not taken[0] & taken[1] and taken[0] | taken[1] <= fresh
+
+
+def test_the_clusters_workers_fork_from_its_fork_server_and_down_ends_them(warm_env):
+    """The keeper's fork server forks the cluster's Python workers too (its spares, a run's own):
+    they start with the prewarm modules imported; `down` leaves none of them running."""
+    up = _cli(warm_env, "up", "--idle-timeout", "0", "--prewarm", "json", "--spares", "2", "--json",
+              env=SPARES_ENV)
+    assert up.returncode == 0, up.stderr
+    record = json.loads(up.stdout)
+    server = _fork_server(warm_env, record)
+    proc, pids = _start_pids_job(warm_env, "forked", 0)
+    out = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, out[-3000:]
+    assert {int(p.read_text()) for p in pids.glob("*.ppid")} == {server.pid}
+    forked = server.children()  # the spares started again since: forked too
+    deadline = time.monotonic() + 120
+    while len(forked) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+        forked = server.children()
+    assert len(forked) >= 2
+    procs = _tree(record)
+    assert _cli(warm_env, "down").returncode == 0
+    assert _wait_gone(procs, 30) == []
 
 
 def test_a_taken_spare_ends_with_the_driver_that_took_it(warm_env):

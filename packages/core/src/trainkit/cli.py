@@ -161,10 +161,9 @@ def _launch(args: argparse.Namespace) -> int:
 def _default_prewarm() -> list[str]:
     """The modules to prewarm in the warm cluster's workers: the torch backend's (what its workers
     import first) where trainkit-torch is installed and loads, else none."""
-    from trainkit._internal.plugins import get_plugins
+    from trainkit._internal.plugins import torch_backend
 
-    entry = get_plugins().backends.entries.get("torch")
-    return list(entry.config_cls.prewarm_modules) if entry is not None else []
+    return list(framework.prewarm_modules) if (framework := torch_backend()) is not None else []
 
 
 def _up(args: argparse.Namespace) -> int:

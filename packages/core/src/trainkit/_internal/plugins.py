@@ -280,3 +280,10 @@ def get_plugins(reload: bool = False) -> Plugins:
         if _plugins is None or reload:
             _plugins = load_plugins()
         return _plugins
+
+
+def torch_backend() -> type[BackendConfig] | None:
+    """The torch backend's config class, where trainkit-torch is installed and loads: what
+    ``trainkit launch``'s scripts and the warm cluster's idle workers import by default."""
+    entry = get_plugins().backends.entries.get("torch")
+    return entry.config_cls if entry is not None else None

@@ -1,9 +1,11 @@
-"""The warm cluster's fork server: ``trainkit launch``'s rank scripts start with the framework imported.
+"""The fork server: processes that start with the framework imported, each a fresh fork.
 
-On the warm cluster (``trainkit up``) a rank's script would otherwise be a fresh ``python script.py``
-that imports torch again, a second or more each launch. The keeper starts this server once, with its
-``--prewarm`` modules imported and ``gc.freeze()``-n; a rank asks it over a Unix socket in the
-user's private directory (``ENV`` names it in the warm cluster's processes) and gets a forked child
+A rank's script would otherwise be a fresh ``python script.py`` that imports torch again, a second
+or more each launch, and so would each Ray worker. The warm cluster's keeper (``trainkit up``) and
+the embedded cluster's driver (``ray_runtime.start_fork_server``) start this server once, with the
+framework imported and ``gc.freeze()``-n; it listens at once, and a request made while it loads
+waits for it. A ``trainkit launch`` rank (``ENV`` names the socket, in the user's private
+directory) or a Ray worker's stand-in (``ray_worker_main.py``) asks it and gets a forked child
 that runs the script as ``python SCRIPT ARGS`` or ``python -m MODULE ARGS`` would: its own
 ``__main__``, ``sys.argv``, ``sys.path[0]``, working directory, environment, a new session with
 Python's default signal handling, the rank's pipes as stdio, ``sys.exit``/exception/signal exit

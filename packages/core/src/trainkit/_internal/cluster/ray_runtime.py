@@ -83,7 +83,9 @@ def ensure_ray(framework: type[BackendConfig] | None = None, **init_kwargs: obje
     # (measured here in one CPU cgroup on one core: a fixed loop took 44.8 s at nice 15, 2.3 s at 0).
     # The embedded cluster's workers, and what they start, keep the driver's priority.
     init_kwargs["_system_config"] = {"worker_niceness": 0, **(_FAST_SOCKET_RETRIES if patched else {}),
-                                     **({"prestart_worker_first_driver": False} if framework else {}),
+                                     # where workers fork, none for this driver: its ray.init waited for one
+                                     **({"prestart_worker_first_driver": False}
+                                        if framework or os.environ.get(ray_worker_main.WORKERS_ENV) else {}),
                                      **(init_kwargs.get("_system_config") or {})}
     if patched:
         ray_worker_main.lazy_pydantic()  # the workers' own is in ray_worker_main, their entry point
@@ -135,14 +137,21 @@ def start_fork_server(framework: type[BackendConfig]) -> str:
         if not watchdog.identities([int(left.name.split("-")[1].split(".")[0])]):
             left.unlink(missing_ok=True)
     address = str(private_dir() / f"workers-{os.getpid()}.sock")
-    follow = framework.follow_thread_count
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-           forkserver.FOLLOW_ENV: f"{follow.__module__}:{follow.__qualname__}" if follow else ""}
+    env = fork_server_env(framework)
     env.pop(forkserver.ENV, None)
     _fork_server = subprocess.Popen([sys.executable, "-m", "trainkit._internal.cluster.forkserver", address,
                                      str(os.getpid()), *framework.prewarm_modules],
                                     stdin=subprocess.DEVNULL, cwd="/", env=env)
     return address
+
+
+def fork_server_env(framework: type[BackendConfig] | None) -> dict[str, str]:
+    """A fork server's environment: this process's, with the OMP_NUM_THREADS a worker of one CPU or
+    less has where this one sets none (Ray's and torchrun's default: 1), and what a forked worker
+    Ray gives more calls (``framework.follow_thread_count``; None: nothing)."""
+    follow = framework.follow_thread_count if framework is not None else None
+    return {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+            forkserver.FOLLOW_ENV: f"{follow.__module__}:{follow.__qualname__}" if follow else ""}
 
 
 def stop_fork_server() -> None:

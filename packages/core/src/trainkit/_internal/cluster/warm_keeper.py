@@ -12,7 +12,8 @@ import sys
 import time
 from typing import Any
 
-from trainkit._internal.cluster import forkserver, ray_runtime, watchdog
+from trainkit._internal.cluster import forkserver, ray_runtime, ray_worker_main, watchdog
+from trainkit._internal.plugins import torch_backend
 from trainkit._internal.worker import keeper_spares
 from trainkit._internal.cluster.warm import (DEFAULT_IDLE_TIMEOUT_S, KEEPER_ENV, POLL_S, USED, answers,
                                             live_record, load_env, read_record, remove_record, same_process, write_record)
@@ -80,9 +81,10 @@ class _Usage:
 
 
 class _ForkServer:
-    """The keeper's fork server for ``trainkit launch``'s scripts (``forkserver.py``), started again,
-    once no run is going, when it ended or retired (a ``pip install`` since it started: it stops
-    listening and removes its socket, and exits once the scripts it started ended)."""
+    """The keeper's fork server (``forkserver.py``), for the cluster's Python workers (its spares
+    too) and ``trainkit launch``'s scripts, started again, once no run is going, when it ended or
+    retired (a ``pip install`` since it started: it stops listening and removes its socket, and
+    exits once the scripts it started ended; the workers it forked live on, as Ray keeps them)."""
 
     RESTART_AFTER_S = 10.0  # the least time between two starts: a server that cannot start costs little
 
@@ -94,8 +96,8 @@ class _ForkServer:
         self._retired: list[subprocess.Popen] = []  # serving only the scripts they started
         self._started = -self.RESTART_AFTER_S
         self.usable = bool(modules) and len(self.address.encode()) < 100  # a Unix socket's path is short
-        if self.usable:
-            os.environ[forkserver.ENV] = self.address  # the cluster's workers inherit it
+        if self.usable:  # the cluster's workers inherit them: they fork from it, and so do their scripts
+            os.environ[forkserver.ENV] = os.environ[ray_worker_main.WORKERS_ENV] = self.address
 
     def keep(self, start_new: bool = True) -> None:
         if not self.usable:
@@ -114,16 +116,26 @@ class _ForkServer:
             try:
                 self._proc = subprocess.Popen([sys.executable, "-m", "trainkit._internal.cluster.forkserver",
                                                self.address, str(os.getpid()), *self.modules],
-                                              stdin=subprocess.DEVNULL, cwd="/", env=self.env())
+                                              stdin=subprocess.DEVNULL, cwd="/", env=self.env)
             except OSError as exc:  # (a busy machine: tried again later; ranks meanwhile start fresh)
                 print(f"trainkit warm cluster: cannot start the fork server: {exc}", flush=True)
 
-    @staticmethod
-    def env() -> dict[str, str]:
-        """The keeper's environment, with the OMP_NUM_THREADS a rank of one CPU or less has where
-        the keeper's sets none (Ray's and torchrun's default: 1): the server loads the framework
-        with it, and serves only ranks whose environment says the same."""
-        return {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    @property
+    def env(self) -> dict[str, str]:
+        """The server loads the framework with the OMP_NUM_THREADS of a worker of one CPU where the
+        keeper's environment sets none, and serves only scripts whose environment says the same; a
+        worker Ray gives more CPUs follows them with the torch backend's function where torch is
+        among the modules (``ray_runtime.fork_server_env``)."""
+        framework = torch_backend() if "torch" in self.modules else None
+        return ray_runtime.fork_server_env(framework)
+
+    def wait_listening(self, timeout_s: float = 10.0) -> None:
+        """Until the server started last listens (it binds before loading its modules), it died,
+        or ``timeout_s`` passed."""
+        deadline = time.monotonic() + timeout_s
+        while self._proc is not None and self._proc.poll() is None and not os.path.exists(self.address) \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def stop(self) -> None:
         for proc in [self._proc, *self._retired]:
@@ -148,14 +160,15 @@ def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spare
     import ray
 
     forks = _ForkServer(prewarm)
+    forks.keep()  # loading while Ray starts
     ray_runtime.ensure_ray(**({"num_cpus": num_cpus} if num_cpus else {}))
     node = ray._private.worker._global_node
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # Ray's start installs its own
         signal.signal(sig, on_signal)
     cpus = int(ray.cluster_resources().get("CPU", 1))
     pool = keeper_spares.Pool(min(cpus, DEFAULT_SPARES) if spares is None else spares, tuple(prewarm))
+    forks.wait_listening()  # the spares below then fork from it once it loaded
     pool.refill()  # started now, ready for the first driver
-    forks.keep()
     pids = _cluster_processes()
     all_pids = [pid for group in pids.values() for pid in group]
     starts = watchdog.identities(all_pids + [os.getpid()])
