@@ -117,8 +117,12 @@ print("ERROR", result.error, flush=True)
 '''
 
 
-def test_killing_the_fork_server_while_its_workers_train_ends_no_worker(tmp_path):
-    """The workers are Ray's: the fork server dying (killed, OOM) mid-run ends none of them."""
+def test_neither_the_fork_server_dying_nor_a_stop_signal_to_the_stand_ins_ends_a_worker(tmp_path):
+    """The workers are Ray's: the fork server dying (killed, OOM) mid-run ends none of them, and
+    neither does a SIGTERM to the processes Ray started for them (a signal to every process of the
+    machine reaches the worker itself)."""
+    import psutil
+
     (tmp_path / "fork_framework.py").write_text(FRAMEWORK)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
     driver = subprocesses.start([sys.executable, "-c", textwrap.dedent(OUTLIVE), str(tmp_path)], cwd=tmp_path,
@@ -130,6 +134,11 @@ def test_killing_the_fork_server_while_its_workers_train_ends_no_worker(tmp_path
             time.sleep(0.05)
         [server] = {int((tmp_path / f"training-{rank}").read_text()) for rank in range(2)}  # their parent
         assert "forkserver" in open(f"/proc/{server}/cmdline").read()
+        stand_ins = [p for p in psutil.Process(driver.pid).children(recursive=True)
+                     if "ray_worker_main.py" in " ".join(p.cmdline())]
+        assert len(stand_ins) >= 2
+        for stand_in in stand_ins:
+            stand_in.send_signal(signal.SIGTERM)
         os.kill(server, signal.SIGKILL)
         time.sleep(1.0)  # (a worker dying with it would be seen by Ray within this)
         (tmp_path / "go").touch()

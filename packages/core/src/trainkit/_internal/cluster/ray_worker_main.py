@@ -1,13 +1,15 @@
-"""The Python worker of the embedded cluster: Ray's own ``default_worker.py``, after two changes.
+"""The Python worker of trainkit's own clusters: Ray's ``default_worker.py``, after two changes.
 
 Where the cluster has a fork server (``WORKERS_ENV`` names its socket: the embedded cluster's, with
-the first trainer's framework imported, ``ray_runtime.start_fork_server``), this process is a stand-in
-that asks the server for a forked child to be the worker, waits for the child and exits as it does:
-the worker starts with the framework imported, in a process of its own. Ray registers the child's
-pid and ends it as any worker (the stand-in follows); the stand-in killed, the server kills the child;
-the server dying does not end the worker (it lives as long as Ray keeps it). Refused (another interpreter,
-an environment the framework would load otherwise, site-packages changed: ``forkserver._refusal``)
-or with no server listening, the stand-in is the worker itself, as without a server.
+the first trainer's framework imported, ``ray_runtime.start_fork_server``, or the warm cluster's),
+this process is a stand-in that asks the server for a forked child to be the worker, waits for the
+child and exits as it does: the worker starts with the framework imported, in a process of its own.
+Ray registers the child's pid and ends it as any worker (the stand-in follows). The stand-in ignores
+SIGTERM, SIGINT and SIGHUP (a signal to every process of a machine reaches the worker itself, once);
+killed, the server kills the child. The server dying does not end the worker (it lives as long as
+Ray keeps it). Refused (another interpreter, an environment the framework would load otherwise,
+site-packages changed: ``forkserver._refusal``) or with no server listening, the stand-in is the
+worker itself, as without a server.
 
 Ray gives every process a serializer for pydantic's ``ModelField`` (FastAPI's pydantic-v1
 compatibility type) and imports pydantic to do so: 0.2-0.3 s of CPU in the driver and in every
@@ -25,6 +27,7 @@ import sys
 import types
 
 WORKERS_ENV = "TRAINKIT_WORKER_FORKSERVER"  # the socket of the fork server the cluster's workers start from
+_STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # what a stand-in ignores: its worker gets them
 _PYDANTIC_COMPAT = ("ray._common.pydantic_compat", "ray._private.pydantic_compat")  # newer Ray, older Ray
 
 
@@ -64,7 +67,8 @@ def _forkserver():
     """``forkserver.py``, loaded without importing trainkit (the server's own copy in a forked child)."""
     if (loaded := sys.modules.get("trainkit._internal.cluster.forkserver")) is not None:
         return loaded
-    spec = importlib.util.spec_from_file_location("_trainkit_forkserver", os.path.join(os.path.dirname(__file__), "forkserver.py"))
+    path = os.path.join(os.path.dirname(__file__), "forkserver.py")
+    spec = importlib.util.spec_from_file_location("_trainkit_forkserver", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -79,9 +83,12 @@ def run_forked(address: str) -> int | None:
     # Ray sets OMP_NUM_THREADS when it starts an actor's task (its CPUs, else 1), after the
     # framework loaded here: a forked worker's framework follows it then (``follow_thread_count``)
     runtime_keys = set() if "OMP_NUM_THREADS" in os.environ else {"OMP_NUM_THREADS"}
+    stopping = {signum: signal.signal(signum, signal.SIG_IGN) for signum in _STOPS}  # from before the fork
     child = forkserver.start(address, [sys.executable, os.path.abspath(__file__), *sys.argv[1:]], "script",
                              os.getcwd(), dict(os.environ), runtime_keys, inherit_stdio=True, outlive_server=True)
     if isinstance(child, str):
+        for signum, handler in stopping.items():
+            signal.signal(signum, handler)  # this process is the worker
         print(f"trainkit: this worker was not forked: {child}", file=sys.stderr, flush=True)
         return None
     return child.wait()
