@@ -135,7 +135,7 @@ def test_neither_the_fork_server_dying_nor_a_stop_signal_to_the_stand_ins_ends_a
         [server] = {int((tmp_path / f"training-{rank}").read_text()) for rank in range(2)}  # their parent
         assert "forkserver" in open(f"/proc/{server}/cmdline").read()
         stand_ins = [p for p in psutil.Process(driver.pid).children(recursive=True)
-                     if "ray_worker_main.py" in " ".join(p.cmdline())]
+                     if p.cmdline()[1:2] and p.cmdline()[1].endswith("ray_worker_main.py")]
         assert len(stand_ins) >= 2
         for stand_in in stand_ins:
             stand_in.send_signal(signal.SIGTERM)

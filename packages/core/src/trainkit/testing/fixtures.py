@@ -159,8 +159,9 @@ def _ray_owned(process: Any) -> bool:
     forked worker's stand-in (``ray_worker_main.py``, the process Ray started) ends with its worker,
     which is what is judged."""
     try:
-        cmdline = " ".join(process.cmdline())
-        return process.name().startswith("ray::IDLE") or "ray::IDLE" in cmdline or "ray_worker_main.py" in cmdline
+        args = process.cmdline()
+        return process.name().startswith("ray::IDLE") or "ray::IDLE" in " ".join(args) \
+            or args[1:2] != [] and args[1].endswith("ray_worker_main.py")
     except Exception:  # noqa: BLE001 - it exited meanwhile
         return True
 
