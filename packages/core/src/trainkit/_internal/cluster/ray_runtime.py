@@ -83,9 +83,7 @@ def ensure_ray(framework: type[BackendConfig] | None = None, **init_kwargs: obje
     # (measured here in one CPU cgroup on one core: a fixed loop took 44.8 s at nice 15, 2.3 s at 0).
     # The embedded cluster's workers, and what they start, keep the driver's priority.
     init_kwargs["_system_config"] = {"worker_niceness": 0, **(_FAST_SOCKET_RETRIES if patched else {}),
-                                     # where workers fork, none for this driver: its ray.init waited for one
-                                     **({"prestart_worker_first_driver": False}
-                                        if framework or os.environ.get(ray_worker_main.WORKERS_ENV) else {}),
+                                     **(_FORKING if framework or os.environ.get(ray_worker_main.WORKERS_ENV) else {}),
                                      **(init_kwargs.get("_system_config") or {})}
     if patched:
         ray_worker_main.lazy_pydantic()  # the workers' own is in ray_worker_main, their entry point
@@ -389,6 +387,11 @@ def _lean_node_init(full_init):
 # that socket; it then sleeps 1 s (Ray's default) before the next try: 1 s added to every 12th
 # start on a quiet machine, to most starts on a busy one. 20 ms tries, the same 10 s in all.
 _FAST_SOCKET_RETRIES = {"raylet_client_connect_timeout_milliseconds": 20, "raylet_client_num_connect_attempts": 500}
+
+# Where workers fork, a worker registers once the fork server loaded the framework (it loads while
+# Ray starts): no prestarted worker for the first driver, whose ray.init waited for one (0.6 -> 3 s),
+# and room for that load on a busy machine in Ray's 60 s for a worker to register (then it is killed).
+_FORKING = {"prestart_worker_first_driver": False, "worker_register_timeout_seconds": 180}
 
 _UNUSED_AGENT_PORTS = ("dashboard_agent_listen_port", "metrics_agent_port", "metrics_export_port")
 
