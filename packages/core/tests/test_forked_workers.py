@@ -146,3 +146,53 @@ def test_neither_the_fork_server_dying_nor_a_stop_signal_to_the_stand_ins_ends_a
     finally:
         subprocesses.end(driver)
     assert driver.returncode == 0 and "ERROR None" in out, out[-2000:] + err[-3000:]
+
+
+KILLED = '''
+import os, signal, sys, tempfile, time
+import trainkit
+from trainkit import Checkpoint, DataParallelTrainer, FailureConfig, RunConfig, ScalingConfig
+from trainkit._internal.cluster import ray_runtime
+from fork_framework import ForkConfig
+
+OUT = sys.argv[1]
+
+
+def fn():
+    context = trainkit.get_context()
+    start = 0
+    if (checkpoint := trainkit.get_checkpoint()) is not None:
+        with checkpoint.as_directory() as directory:
+            start = int(open(os.path.join(directory, "step")).read())
+    for step in range(start + 1, 4):
+        with tempfile.TemporaryDirectory() as directory:
+            open(os.path.join(directory, "step"), "w").write(str(step))
+            trainkit.report({"step": step, "resumed_from": start, "ppid": os.getppid()},
+                            checkpoint=Checkpoint.from_directory(directory))
+        if step == 2 and start == 0:  # at once after report() returned on every rank
+            done = os.path.join(OUT, "reported")
+            if context.get_world_rank() == 0:
+                open(done, "w").close()
+            else:
+                while not os.path.exists(done):
+                    time.sleep(0.01)
+                os.kill(os.getpid(), signal.SIGKILL)
+
+
+result = DataParallelTrainer(fn, backend_config=ForkConfig(), scaling_config=ScalingConfig(num_workers=2),
+                             run_config=RunConfig(name="killed", storage_path=OUT, verbose=0,
+                                                  failure_config=FailureConfig(max_failures=1))).fit()
+print("RESULT", result.error, result.metrics["step"], result.metrics["resumed_from"],
+      result.metrics["ppid"] == ray_runtime._fork_server.pid, flush=True)
+'''
+
+
+def test_a_forked_rank_killed_at_once_after_report_resumes_from_that_checkpoint(tmp_path):
+    """A forked worker dies as a fresh one does: SIGKILLed at once after a report() returned on every
+    rank, the run's retry resumes from that report's checkpoint (the stand-in follows its worker)."""
+    (tmp_path / "fork_framework.py").write_text(FRAMEWORK)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    out = subprocesses.run([sys.executable, "-c", textwrap.dedent(KILLED), str(tmp_path)], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    assert "RESULT None 3 2 True" in out.stdout, out.stdout[-2000:]  # the retry's workers forked too
