@@ -10,6 +10,7 @@ import sys
 import time
 import textwrap
 
+from trainkit._internal.cluster.userdir import private_dir
 from trainkit.testing import subprocesses
 
 FRAMEWORK = '''
@@ -76,9 +77,12 @@ def test_workers_fork_from_one_process_that_imported_the_framework(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
            "PYTHONDONTWRITEBYTECODE": "1", "TRAINKIT_WARM_WORKERS": "0"}  # (a fit's workers start with it)
     env.pop("OMP_NUM_THREADS", None)  # Ray's per-actor value then, which a forked worker follows
+    left = private_dir() / "workers-99999999.sock"  # a driver's that was killed (no such pid)
+    left.touch()
     out = subprocesses.run([sys.executable, "-c", textwrap.dedent(DRIVER), str(tmp_path)], cwd=tmp_path,
                            env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    assert not left.exists()  # swept as the driver started its own
     server = int(next(line.split()[1] for line in out.stdout.splitlines() if line.startswith("SERVER")))
     ranks = {path.stem: json.loads(path.read_text()) for path in tmp_path.glob("*-*.json")}
     first, edited, no_server = ([ranks[f"{fit}-{r}"] for r in range(n)] for fit, n in

@@ -132,14 +132,13 @@ def start_fork_server(framework: type[BackendConfig]) -> str:
     global _fork_server
     stop_fork_server()  # the previous cluster's (the user's ray.shutdown() stopped that cluster)
     for left in private_dir().glob("workers-*.sock"):  # the sockets of drivers killed before their stop
-        if not watchdog.identities([int(left.name.split("-")[1].split(".")[0])]):
+        pid = left.name[len("workers-"):-len(".sock")]
+        if pid.isdigit() and not watchdog.identities([int(pid)]):
             left.unlink(missing_ok=True)
     address = str(private_dir() / f"workers-{os.getpid()}.sock")
-    env = fork_server_env(framework)
-    env.pop(forkserver.ENV, None)
     _fork_server = subprocess.Popen([sys.executable, "-m", "trainkit._internal.cluster.forkserver", address,
                                      str(os.getpid()), *framework.prewarm_modules],
-                                    stdin=subprocess.DEVNULL, cwd="/", env=env)
+                                    stdin=subprocess.DEVNULL, cwd="/", env=fork_server_env(framework))
     return address
 
 
@@ -157,7 +156,7 @@ def stop_fork_server() -> None:
     global _fork_server
     if _fork_server is not None:
         if _fork_server.poll() is None:
-            _fork_server.kill()  # after the raylet: its workers are gone (a forked one dies with it)
+            _fork_server.kill()  # (its forks are Ray's workers: the raylet ends them)
             _fork_server.wait()
         Path(private_dir(), f"workers-{os.getpid()}.sock").unlink(missing_ok=True)
     _fork_server = None
