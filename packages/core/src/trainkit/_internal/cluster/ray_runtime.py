@@ -87,12 +87,10 @@ def ensure_ray(framework: type[BackendConfig] | None = None, **init_kwargs: obje
                                      **(init_kwargs.get("_system_config") or {})}
     if patched:
         ray_worker_main.lazy_pydantic()  # the workers' own is in ray_worker_main, their entry point
-    # the fork server loads while Ray starts; the raylet, so its workers, inherit its address: they
-    # start forked from it, as do `trainkit launch`'s scripts (forkserver.ENV)
-    fork_env = (ray_worker_main.WORKERS_ENV, forkserver.ENV)
-    environ_before = {name: os.environ.get(name) for name in fork_env}
+    # the fork server loads while Ray starts; the raylet, so its workers, inherit its address
+    workers_env = os.environ.get(ray_worker_main.WORKERS_ENV)
     if framework is not None:
-        os.environ.update(dict.fromkeys(fork_env, start_fork_server(framework)))
+        os.environ[ray_worker_main.WORKERS_ENV] = start_fork_server(framework)
     try:
         # address="local": an embedded cluster, never one that `ray start` (or another process's
         # test cluster) recorded in /tmp/ray; a cluster is joined only through RAY_ADDRESS.
@@ -106,7 +104,7 @@ def ensure_ray(framework: type[BackendConfig] | None = None, **init_kwargs: obje
         for owner, name, original in originals:
             setattr(owner, name, original)
         environ, ray._private.ray_constants.ENABLE_RAY_CLUSTER = single_machine
-        for name, value in {SINGLE_MACHINE: environ, **environ_before}.items():
+        for name, value in ((SINGLE_MACHINE, environ), (ray_worker_main.WORKERS_ENV, workers_env)):
             if value is None:
                 os.environ.pop(name, None)
             else:

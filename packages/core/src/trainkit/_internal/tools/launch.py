@@ -61,17 +61,10 @@ class LaunchConfig(BackendConfig):
 
     signals: tuple[str, ...] = tuple(DEFAULT_SIGNALS.split(","))
     shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S
-    framework: type[BackendConfig] | None = None  # what the scripts use, for the fork server
 
     @property
     def backend_cls(self) -> type[Backend]:
         return _LaunchBackend
-
-    def forked_framework(self) -> type[BackendConfig] | None:
-        """``framework`` (the launcher gives torch's, where trainkit-torch is installed): the
-        embedded cluster's fork server imports it once, and forks the ranks' workers (rank 0 hosts
-        the agent's TCPStore) and their scripts (``TRAINKIT_FORKSERVER``, as on the warm cluster)."""
-        return self.framework if self.framework is not None and self.framework.follow_thread_count else None
 
 
 class _LaunchBackend(Backend):
