@@ -283,7 +283,8 @@ def get_plugins(reload: bool = False) -> Plugins:
 
 
 def torch_backend() -> type[BackendConfig] | None:
-    """The torch backend's config class, where trainkit-torch is installed and loads: what
-    ``trainkit launch``'s scripts and the warm cluster's idle workers import by default."""
+    """The torch backend's config class, where trainkit-torch is installed and loads: what the warm
+    cluster's fork server imports by default (``trainkit up --prewarm``), and how its forks follow
+    Ray's thread count."""
     entry = get_plugins().backends.entries.get("torch")
     return entry.config_cls if entry is not None else None
