@@ -163,18 +163,12 @@ class BackendConfig:
     prewarm_modules: ClassVar[tuple[str, ...]] = ()
 
     #: Set, the embedded cluster's workers start forked from one process that imported
-    #: ``prewarm_modules`` once for them all (``forked_framework``, ``cluster/forkserver.py``). That
+    #: ``prewarm_modules`` once for them all (the first trainer's, ``cluster/forkserver.py``). That
     #: process loads them with ``OMP_NUM_THREADS=1`` (Ray's value for a worker of one CPU) where the
     #: driver sets none; a forked worker that Ray gives another value (its CPUs) calls
     #: ``follow_thread_count(loaded, wanted)`` before the training function, to size the
     #: framework's thread pools as importing it with ``wanted`` would have. A module-level function.
     follow_thread_count: ClassVar[Callable[[int, int], None] | None] = None
-
-    def forked_framework(self) -> type[BackendConfig] | None:
-        """The backend whose ``prewarm_modules`` the embedded cluster's fork server imports, if
-        this trainer starts the cluster: this one where it sets ``follow_thread_count``. None: the
-        cluster's workers start as fresh processes."""
-        return type(self) if self.follow_thread_count is not None else None
 
     @property
     def backend_cls(self) -> type[Backend]:

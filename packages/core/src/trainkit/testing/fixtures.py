@@ -37,8 +37,8 @@ def ray_cluster() -> Iterator[Any]:
 @contextlib.contextmanager
 def embedded_cluster(framework: type[BackendConfig] | None = None) -> Iterator[Any]:
     """The embedded cluster ``fit()`` starts, with 4 logical CPUs, this process connected to it; its
-    workers fork from a server that imported ``framework`` (``BackendConfig.forked_framework``),
-    as where that trainer's ``fit()`` starts it. A plugin's conftest may override ``ray_cluster``
+    workers fork from a server that imported ``framework`` (one with ``follow_thread_count``), as
+    where that trainer's ``fit()`` starts it. A plugin's conftest may override ``ray_cluster``
     with it so that its tests run on the workers its users get."""
     import ray
 

@@ -461,6 +461,15 @@ def _importable_names(directory: str) -> set[str]:
     return names
 
 
+def spawn(address: str, modules: list[str] | tuple[str, ...], env: dict[str, str]) -> Any:
+    """Start a fork server at ``address`` with ``modules`` preloaded, dying with this process (the
+    thread that calls this): a ``subprocess.Popen``."""
+    import subprocess
+
+    return subprocess.Popen([sys.executable, "-m", "trainkit._internal.cluster.forkserver", address, str(os.getpid()),
+                             *modules], stdin=subprocess.DEVNULL, cwd="/", env=env)
+
+
 def die_with_parent() -> None:
     """SIGKILL when the parent (the thread that started this process) ends (Linux)."""
     import ctypes

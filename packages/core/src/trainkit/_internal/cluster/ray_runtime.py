@@ -134,9 +134,7 @@ def start_fork_server(framework: type[BackendConfig]) -> str:
         if pid.isdigit() and not watchdog.identities([int(pid)]):
             left.unlink(missing_ok=True)
     address = str(private_dir() / f"workers-{os.getpid()}.sock")
-    _fork_server = subprocess.Popen([sys.executable, "-m", "trainkit._internal.cluster.forkserver", address,
-                                     str(os.getpid()), *framework.prewarm_modules],
-                                    stdin=subprocess.DEVNULL, cwd="/", env=fork_server_env(framework))
+    _fork_server = forkserver.spawn(address, framework.prewarm_modules, fork_server_env(framework))
     return address
 
 

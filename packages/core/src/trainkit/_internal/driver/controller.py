@@ -89,7 +89,8 @@ class Controller:
 
                     begin = time.monotonic()
                     with ray_init_keeps_breakpoints():
-                        ensure_ray(self.backend_config.forked_framework())
+                        forked = type(self.backend_config) if self.backend_config.follow_thread_count else None
+                        ensure_ray(forked)  # its workers fork from a server with the framework imported
                     stop_signals.install()  # Ray's start installs its own SIGTERM handler
                     check_can_ever_place(self.scaling)
                     self._runtime_env = runtime_env.for_workers(self.run_config.worker_runtime_env)
