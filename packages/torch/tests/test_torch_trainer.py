@@ -4,10 +4,9 @@ import os
 
 import pytest
 import torch
-
 import trainkit
-from trainkit.testing import requires
 from trainkit import ScalingConfig
+from trainkit.testing import requires
 from trainkit_torch import TorchConfig, TorchTrainer, get_device, prepare_data_loader, prepare_model
 
 
@@ -67,6 +66,34 @@ def test_trainer_by_backend_name(ray_cluster, run_config):
                                run_config=run_config())
     assert isinstance(trainer.backend_config, TorchConfig)
     assert trainer.fit().metrics == {"world": 2}
+
+
+def ends_as_a_torchrun_script(config):
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = DistributedDataParallel(nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(64, 4)
+    y = x.sum(dim=1, keepdim=True)
+    for _ in range(3):
+        loss = nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        dist.barrier()
+    dist.destroy_process_group()  # then the model is freed as the function returns
+
+
+def test_a_training_function_that_destroys_its_process_group_ends(ray_cluster, run_config):
+    """The group's last holder was the DDP model's reducer, freed as the function returned with the
+    GIL held: the group's destructor then waited for a gloo thread that waited for the GIL (a rank
+    hung in about 1 of 3 fits before the worker kept its group until shutdown)."""
+    for _ in range(8):
+        result = TorchTrainer(ends_as_a_torchrun_script, scaling_config=ScalingConfig(num_workers=2),
+                              run_config=run_config(failure_config=trainkit.FailureConfig(worker_timeout_s=30))).fit()
+        assert result.error is None
 
 
 def test_local_mode_leaves_model_unwrapped(run_config):

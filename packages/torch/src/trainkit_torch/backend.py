@@ -35,7 +35,17 @@ def _init_process_group(backend: str | None, addr: str, port: int, rank: int, wo
     except NotImplementedError:  # some torch releases' libuv server takes no listening fd: the classic one does
         store = dist.TCPStore(addr, port, world_size, rank == 0, timeout, master_listen_fd=fd, use_libuv=False)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+    _group_kept[:] = [dist.group.WORLD]
     return backend
+
+
+# The worker's process group, kept until the backend's shutdown. A training function that ends as a
+# torchrun script does (``destroy_process_group()``, then its DDP model freed as it returns) would
+# otherwise free the group's last holder, the model's reducer, in its own thread with the GIL held:
+# the group's destructor joins gloo's worker threads, one of which may need the GIL to free a finished
+# collective (torch 2.13 keeps a Python context in it): both wait forever (a worker hung, 1 in 3 fits).
+# Freed here at shutdown instead, when those threads are long idle.
+_group_kept: list = []
 
 
 def _bind_gloo_to_node_address(master_addr: str) -> None:
@@ -54,6 +64,7 @@ def _destroy_process_group() -> None:
 
     if dist.is_initialized():
         dist.destroy_process_group()
+    _group_kept.clear()
 
 
 class TorchBackend(Backend):
