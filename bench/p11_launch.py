@@ -29,7 +29,8 @@ from _common import WarmCluster, peak_memory, rounds, save, summarize, timed  # 
 
 JOB = str(Path(__file__).parent / "_p11_job.py")
 ENV = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-SIDES = {"torchrun": {}, "trainkit": {}, "trainkit cold": {"TRAINKIT_WARM_WORKERS": "0"}}
+SIDES = {"torchrun": {}, "trainkit": {}, "trainkit cold": {"TRAINKIT_WARM_WORKERS": "0"},
+         "trainkit unforked": {"TRAINKIT_FORK_WORKERS": "0"}}  # ranks and scripts as fresh interpreters
 PHASES = ("ray_start", "placement", "actors", "setup", "backend", "launch")
 
 
@@ -161,6 +162,7 @@ def main() -> None:
         print(f"P11 launch -> first line {side:13s} median {statistics.median(found['first line']):.2f} s")
     ratios = {"cold start": ratio_line("cold start", cold, "trainkit", "target <= 1.2"),
               "cold start, warm workers off": ratio_line("cold start", cold, "trainkit cold", "report"),
+              "cold start, not forked": ratio_line("cold start", cold, "trainkit unforked", "report"),
               **({"cold start, warm cluster": ratio_line("cold start", cold, "trainkit warm", "target <= 0.5")}
                  if "trainkit warm" in cold else {}),
               "restart": ratio_line("restart", restart, "trainkit", "target <= 1.0")}

@@ -28,6 +28,25 @@ def test_torchrun_script_runs_unchanged_and_restarts(tmp_path):
     assert (tmp_path / "out" / "model.pt").exists()
 
 
+FIRST_LINE = """
+import sys
+print("PRELOADED", "torch" in sys.modules, "torch._dynamo" in sys.modules)
+"""
+
+
+def test_each_ranks_script_is_forked_with_torch_imported_and_not_torch_dynamo(tmp_path):
+    """The embedded cluster's fork server forks the scripts (torch imported before their first line);
+    torch._dynamo, imported before a fork, made DDP scripts hang as they ended (forkserver.NOT_BEFORE_SCRIPTS)."""
+    script = tmp_path / "first_line.py"
+    script.write_text(FIRST_LINE)
+    out = subprocesses.run([sys.executable, "-m", "trainkit.cli", "launch", "--nproc", "2", "--cpus-per-worker", "0.5",
+                            "--storage-path", str(tmp_path / "runs"), "--tee", "3", "--log-dir", str(tmp_path / "logs"),
+                            str(script)], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [p.read_text().strip() for p in sorted((tmp_path / "logs").rglob("stdout.log"))]
+    assert lines == ["PRELOADED True False"] * 2, lines
+
+
 RANK_0_ENDS_FIRST = """
 import os
 import time

@@ -461,11 +461,23 @@ def _importable_names(directory: str) -> set[str]:
     return names
 
 
-def spawn(address: str, modules: list[str] | tuple[str, ...], env: dict[str, str]) -> Any:
-    """Start a fork server at ``address`` with ``modules`` preloaded, dying with this process (the
-    thread that calls this): a ``subprocess.Popen``."""
+# Imported before the fork, torch._dynamo turned a rare race in a script's process-group teardown
+# into a deadlock (torch 2.13, gloo: ``destroy_process_group()``, then the DDP model freed as ``main()``
+# returns, its reducer the group's last holder: the group's destructor joins a gloo thread that waits
+# for the GIL the script's thread holds). A forked script hung in 10 of 100 two-rank runs beside four
+# busy loops with it preloaded, in none of 120 without it (nor do fresh processes, which import it
+# when the script builds its model): a server that forks scripts leaves it to them.
+NOT_BEFORE_SCRIPTS = frozenset({"torch._dynamo"})
+
+
+def spawn(address: str, modules: list[str] | tuple[str, ...], env: dict[str, str], *, scripts: bool) -> Any:
+    """Start a fork server at ``address`` with ``modules`` preloaded (with ``scripts``, the server
+    forks scripts too: not those of ``NOT_BEFORE_SCRIPTS``), dying with this process (the thread
+    that calls this): a ``subprocess.Popen``."""
     import subprocess
 
+    if scripts:
+        modules = [name for name in modules if name not in NOT_BEFORE_SCRIPTS]
     return subprocess.Popen([sys.executable, "-m", "trainkit._internal.cluster.forkserver", address, str(os.getpid()),
                              *modules], stdin=subprocess.DEVNULL, cwd="/", env=env)
 

@@ -44,9 +44,10 @@ if TYPE_CHECKING:
     from trainkit.backend import BackendConfig
 
 
-def ensure_ray(framework: type[BackendConfig] | None = None, **init_kwargs: object) -> None:
+def ensure_ray(framework: type[BackendConfig] | None = None, *, scripts: bool = False, **init_kwargs: object) -> None:
     """Connect to Ray unless connected; ``init_kwargs`` (e.g. ``num_cpus``) shape an embedded cluster,
-    whose workers start forked from a process that imported ``framework`` (``start_fork_server``)."""
+    whose workers start forked from a process that imported ``framework`` (``start_fork_server``), as
+    do, with ``scripts``, the scripts of ``trainkit launch`` (``forkserver.ENV``)."""
     import ray
 
     if ray.is_initialized():
@@ -88,9 +89,13 @@ def ensure_ray(framework: type[BackendConfig] | None = None, **init_kwargs: obje
     if patched:
         ray_worker_main.lazy_pydantic()  # the workers' own is in ray_worker_main, their entry point
     # the fork server loads while Ray starts; the raylet, so its workers, inherit its address
-    workers_env = os.environ.get(ray_worker_main.WORKERS_ENV)
+    fork_env = (ray_worker_main.WORKERS_ENV, forkserver.ENV)
+    environ_before = {name: os.environ.get(name) for name in fork_env}
     if framework is not None:
-        os.environ[ray_worker_main.WORKERS_ENV] = start_fork_server(framework)
+        address = start_fork_server(framework, scripts)
+        os.environ[ray_worker_main.WORKERS_ENV] = address
+        if scripts:
+            os.environ[forkserver.ENV] = address
     try:
         # address="local": an embedded cluster, never one that `ray start` (or another process's
         # test cluster) recorded in /tmp/ray; a cluster is joined only through RAY_ADDRESS.
@@ -104,7 +109,7 @@ def ensure_ray(framework: type[BackendConfig] | None = None, **init_kwargs: obje
         for owner, name, original in originals:
             setattr(owner, name, original)
         environ, ray._private.ray_constants.ENABLE_RAY_CLUSTER = single_machine
-        for name, value in ((SINGLE_MACHINE, environ), (ray_worker_main.WORKERS_ENV, workers_env)):
+        for name, value in {SINGLE_MACHINE: environ, **environ_before}.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
@@ -119,14 +124,14 @@ def ensure_ray(framework: type[BackendConfig] | None = None, **init_kwargs: obje
                    + ([_fork_server.pid] if _fork_server is not None else []))
 
 
-def start_fork_server(framework: type[BackendConfig]) -> str:
+def start_fork_server(framework: type[BackendConfig], scripts: bool = False) -> str:
     """Start the embedded cluster's fork server with ``framework.prewarm_modules`` imported
     (``forkserver.py``); returns its socket's path. Each of the cluster's Python workers is then a
     fork of it (``ray_worker_main.py``): a fresh process that does not import the framework again.
     It loads with the OMP_NUM_THREADS Ray gives a worker of one CPU (1) where this process sets
     none; a worker that Ray gives more calls ``framework.follow_thread_count`` (whatever trainer it
-    serves). It dies with this process (the thread that calls this, as Ray's own processes do)
-    and stops with the cluster."""
+    serves). With ``scripts`` it forks scripts too (``forkserver.spawn``). It dies with this
+    process (the thread that calls this, as Ray's own processes do) and stops with the cluster."""
     global _fork_server
     stop_fork_server()  # the previous cluster's (the user's ray.shutdown() stopped that cluster)
     for left in private_dir().glob("workers-*.sock"):  # the sockets of drivers killed before their stop
@@ -134,7 +139,7 @@ def start_fork_server(framework: type[BackendConfig]) -> str:
         if pid.isdigit() and not watchdog.identities([int(pid)]):
             left.unlink(missing_ok=True)
     address = str(private_dir() / f"workers-{os.getpid()}.sock")
-    _fork_server = forkserver.spawn(address, framework.prewarm_modules, fork_server_env(framework))
+    _fork_server = forkserver.spawn(address, framework.prewarm_modules, fork_server_env(framework), scripts=scripts)
     return address
 
 

@@ -29,6 +29,7 @@ from trainkit._internal.storage.metrics_log import MetricsLog, read_metrics_log
 from trainkit._internal.storage.run_logs import RunLogs
 from trainkit._internal.storage.run_state import RunState
 from trainkit._internal.storage.run_storage import RunStorage
+from trainkit._internal.tools.launch import LaunchConfig
 from trainkit._internal.worker import runtime_env
 from trainkit.backend import BackendConfig
 from trainkit.callbacks import RunContext
@@ -89,8 +90,8 @@ class Controller:
 
                     begin = time.monotonic()
                     with ray_init_keeps_breakpoints():
-                        forked = type(self.backend_config) if self.backend_config.follow_thread_count else None
-                        ensure_ray(forked)  # its workers fork from a server with the framework imported
+                        framework, scripts = self._fork_server()
+                        ensure_ray(framework, scripts=scripts)  # its workers fork from a server with the framework imported
                     stop_signals.install()  # Ray's start installs its own SIGTERM handler
                     check_can_ever_place(self.scaling)
                     self._runtime_env = runtime_env.for_workers(self.run_config.worker_runtime_env)
@@ -202,6 +203,14 @@ class Controller:
                              reports=self.reports, display=self.display, logs=self.logs, plugins=self.plugins,
                              ray_start_s=self._ray_start_s, debug_relay=self.debug_relay,
                              runtime_env=self._runtime_env)
+
+    def _fork_server(self) -> tuple[type[BackendConfig] | None, bool]:
+        """The framework an embedded cluster's fork server imports (None: none), and whether it
+        forks scripts: ``trainkit launch``'s, whose framework the launcher names."""
+        config = self.backend_config
+        if isinstance(config, LaunchConfig):
+            return (config.framework if config.framework and config.framework.follow_thread_count else None), True
+        return (type(config) if config.follow_thread_count else None), False
 
     def _run_attempts(self, runner: AttemptRunner) -> Result:
         state = self.state

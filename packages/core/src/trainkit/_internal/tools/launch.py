@@ -61,6 +61,9 @@ class LaunchConfig(BackendConfig):
 
     signals: tuple[str, ...] = tuple(DEFAULT_SIGNALS.split(","))
     shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S
+    #: the scripts' framework (the launcher gives torch's where trainkit-torch is installed): the
+    #: embedded cluster's fork server imports it once and forks the ranks' workers and scripts
+    framework: type[BackendConfig] | None = None
 
     @property
     def backend_cls(self) -> type[Backend]:

@@ -20,6 +20,7 @@ from typing import Any
 import trainkit
 from trainkit._internal import display, interface
 from trainkit._internal.cluster.gpus import gpu_count
+from trainkit._internal.plugins import torch_backend
 from trainkit._internal.terminal import terminal_safe
 from trainkit._internal.tools.launch import (
     DEFAULT_SHUTDOWN_TIMEOUT_S,
@@ -329,7 +330,8 @@ def main(args: Any) -> int:
         try:
             trainer = trainkit.DataParallelTrainer(
                 run_script, train_loop_config=p.config,
-                backend_config=LaunchConfig(signals=p.signals, shutdown_timeout_s=p.shutdown_timeout_s),
+                backend_config=LaunchConfig(signals=p.signals, shutdown_timeout_s=p.shutdown_timeout_s,
+                                            framework=torch_backend()),
                 scaling_config=trainkit.ScalingConfig(num_workers=p.num_workers, resources_per_worker=p.resources),
                 run_config=trainkit.RunConfig(name=p.name, storage_path=args.storage_path,
                                               failure_config=trainkit.FailureConfig(max_failures=args.max_failures)))
