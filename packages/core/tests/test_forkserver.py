@@ -317,24 +317,3 @@ def test_a_childs_pid_stays_its_own_until_its_rank_has_read_its_exit(server, tmp
     assert forked.wait() == 4
     child.wait(timeout=60)  # reaped once the rank let go
 
-
-def test_a_server_that_forks_scripts_leaves_torch_dynamo_to_them(tmp_path):
-    """Imported before the fork, torch._dynamo made a forked DDP script's teardown deadlock (about 1
-    run in 10 under load: ``forkserver.NOT_BEFORE_SCRIPTS``); a script imports it itself, as a fresh
-    process would."""
-    address = str(tmp_path / "fs.sock")
-    proc = forkserver.spawn(address, ["json", "torch._dynamo"], dict(os.environ), scripts=True)
-    try:
-        probe = tmp_path / "probe.py"
-        probe.write_text("import sys\nprint('json' in sys.modules, 'torch._dynamo' in sys.modules)\n")
-        deadline = time.monotonic() + 120
-        while not os.path.exists(address):
-            assert proc.poll() is None and time.monotonic() < deadline, "the fork server did not start"
-            time.sleep(0.05)
-        forked = forkserver.start(address, [sys.executable, str(probe)], "script", str(tmp_path), dict(os.environ), set())
-        assert not isinstance(forked, str), forked
-        assert forked.wait() == 0
-        assert forked.stdout.read().decode().split() == ["True", "False"]  # forked, with json preloaded only
-    finally:
-        proc.kill()
-        proc.wait()

@@ -28,7 +28,8 @@ The promise, and where it stops:
 - The child exits as a forked ``multiprocessing`` child does: non-daemon threads joined, ``atexit``
   handlers run, ``__main__``'s globals released and collected (an unclosed file is flushed), stdio
   flushed, then ``os._exit``: the preloaded modules' teardown, which Python does not promise to run
-  either, is skipped (0.2-0.3 s with torch).
+  either, is skipped (0.2-0.3 s with torch). The process groups a script destroys are kept until
+  then (``_keep_destroyed_groups``), as a fresh process keeps them.
 - The child dies with the rank: when the rank's connection closes before the script ended (its
   worker died) the server SIGKILLs the child's process group, and every child gets SIGKILL when the
   server dies (``PR_SET_PDEATHSIG``; not one asked to outlive it, a Ray worker, which Ray ends), the
@@ -461,23 +462,11 @@ def _importable_names(directory: str) -> set[str]:
     return names
 
 
-# Imported before the fork, torch._dynamo turned a rare race in a script's process-group teardown
-# into a deadlock (torch 2.13, gloo: ``destroy_process_group()``, then the DDP model freed as ``main()``
-# returns, its reducer the group's last holder: the group's destructor joins a gloo thread that waits
-# for the GIL the script's thread holds). A forked script hung in 10 of 100 two-rank runs beside four
-# busy loops with it preloaded, in none of 120 without it (nor do fresh processes, which import it
-# when the script builds its model): a server that forks scripts leaves it to them.
-NOT_BEFORE_SCRIPTS = frozenset({"torch._dynamo"})
-
-
-def spawn(address: str, modules: list[str] | tuple[str, ...], env: dict[str, str], *, scripts: bool) -> Any:
-    """Start a fork server at ``address`` with ``modules`` preloaded (with ``scripts``, the server
-    forks scripts too: not those of ``NOT_BEFORE_SCRIPTS``), dying with this process (the thread
-    that calls this): a ``subprocess.Popen``."""
+def spawn(address: str, modules: list[str] | tuple[str, ...], env: dict[str, str]) -> Any:
+    """Start a fork server at ``address`` with ``modules`` preloaded, dying with this process (the
+    thread that calls this): a ``subprocess.Popen``."""
     import subprocess
 
-    if scripts:
-        modules = [name for name in modules if name not in NOT_BEFORE_SCRIPTS]
     return subprocess.Popen([sys.executable, "-m", "trainkit._internal.cluster.forkserver", address, str(os.getpid()),
                              *modules], stdin=subprocess.DEVNULL, cwd="/", env=env)
 
@@ -535,6 +524,8 @@ def _run(request: dict) -> None:
         setattr(sys, f"__{name}__", stream)
     if "numpy.random" in sys.modules:  # its global generator was seeded in the server: one seed for all
         sys.modules["numpy.random"].seed()
+    if "torch.distributed.distributed_c10d" in sys.modules:
+        _keep_destroyed_groups(sys.modules["torch.distributed.distributed_c10d"])
     code, interrupted = 0, False
     main = types.ModuleType("__main__")  # the script's own: this one (the server's, run as -m) stays as it is
     main.__dict__.update(__builtins__=__builtins__)
@@ -561,6 +552,31 @@ def _run(request: dict) -> None:
         _print_exception()
         code = 1
     _exit(code, interrupted)
+
+
+_destroyed_groups: list = []
+
+
+def _keep_destroyed_groups(c10d: Any) -> None:
+    """Keep the process groups a script destroys until it exits, as a fresh process does. There,
+    ``torch._dynamo``, imported lazily once the script's group exists (DDP imports it), keeps
+    references to the group that outlive the script's ``main()``; preloaded, it keeps none, and a
+    DDP model freed after ``destroy_process_group()`` is then the group's last holder: the group's
+    destructor runs with the GIL held and joins a gloo thread that waits for the GIL (torch 2.13: a
+    forked script hung in 10 of 100 two-rank runs beside four busy loops). The child's exit skips
+    the groups' teardown, as it skips the preloaded modules'."""
+    import functools
+
+    destroy = c10d.destroy_process_group
+
+    @functools.wraps(destroy)
+    def destroy_process_group(group: Any = None) -> None:
+        _destroyed_groups.extend(list(getattr(getattr(c10d, "_world", None), "pg_map", ())) if group is None else [group])
+        destroy(group)
+
+    c10d.destroy_process_group = destroy_process_group
+    if getattr(sys.modules.get("torch.distributed"), "destroy_process_group", None) is destroy:
+        sys.modules["torch.distributed"].destroy_process_group = destroy_process_group
 
 
 def _exit_code(code: Any) -> int:

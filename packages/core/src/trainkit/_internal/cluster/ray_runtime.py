@@ -92,7 +92,7 @@ def ensure_ray(framework: type[BackendConfig] | None = None, *, scripts: bool = 
     fork_env = (ray_worker_main.WORKERS_ENV, forkserver.ENV)
     environ_before = {name: os.environ.get(name) for name in fork_env}
     if framework is not None:
-        address = start_fork_server(framework, scripts)
+        address = start_fork_server(framework)
         os.environ[ray_worker_main.WORKERS_ENV] = address
         if scripts:
             os.environ[forkserver.ENV] = address
@@ -124,14 +124,14 @@ def ensure_ray(framework: type[BackendConfig] | None = None, *, scripts: bool = 
                    + ([_fork_server.pid] if _fork_server is not None else []))
 
 
-def start_fork_server(framework: type[BackendConfig], scripts: bool = False) -> str:
+def start_fork_server(framework: type[BackendConfig]) -> str:
     """Start the embedded cluster's fork server with ``framework.prewarm_modules`` imported
     (``forkserver.py``); returns its socket's path. Each of the cluster's Python workers is then a
     fork of it (``ray_worker_main.py``): a fresh process that does not import the framework again.
     It loads with the OMP_NUM_THREADS Ray gives a worker of one CPU (1) where this process sets
     none; a worker that Ray gives more calls ``framework.follow_thread_count`` (whatever trainer it
-    serves). With ``scripts`` it forks scripts too (``forkserver.spawn``). It dies with this
-    process (the thread that calls this, as Ray's own processes do) and stops with the cluster."""
+    serves). It dies with this process (the thread that calls this, as Ray's own processes do)
+    and stops with the cluster."""
     global _fork_server
     stop_fork_server()  # the previous cluster's (the user's ray.shutdown() stopped that cluster)
     for left in private_dir().glob("workers-*.sock"):  # the sockets of drivers killed before their stop
@@ -139,7 +139,7 @@ def start_fork_server(framework: type[BackendConfig], scripts: bool = False) -> 
         if pid.isdigit() and not watchdog.identities([int(pid)]):
             left.unlink(missing_ok=True)
     address = str(private_dir() / f"workers-{os.getpid()}.sock")
-    _fork_server = forkserver.spawn(address, framework.prewarm_modules, fork_server_env(framework), scripts=scripts)
+    _fork_server = forkserver.spawn(address, framework.prewarm_modules, fork_server_env(framework))
     return address
 
 

@@ -114,7 +114,7 @@ class _ForkServer:
         if start_new and time.monotonic() - self._started >= self.RESTART_AFTER_S:
             self._started, self._listened = time.monotonic(), False
             try:
-                self._proc = forkserver.spawn(self.address, self.modules, self.env, scripts=True)
+                self._proc = forkserver.spawn(self.address, self.modules, self.env)
             except OSError as exc:  # (a busy machine: tried again later; ranks meanwhile start fresh)
                 print(f"trainkit warm cluster: cannot start the fork server: {exc}", flush=True)
 
