@@ -92,7 +92,7 @@ def test_a_training_function_that_destroys_its_process_group_ends(ray_cluster, r
     hung in about 1 of 3 fits before the worker kept its group until shutdown)."""
     for _ in range(8):
         result = TorchTrainer(ends_as_a_torchrun_script, scaling_config=ScalingConfig(num_workers=2),
-                              run_config=run_config(failure_config=trainkit.FailureConfig(worker_timeout_s=30))).fit()
+                              run_config=run_config()).fit()
         assert result.error is None
 
 

@@ -207,10 +207,9 @@ class Controller:
     def _fork_server(self) -> tuple[type[BackendConfig] | None, bool]:
         """The framework an embedded cluster's fork server imports (None: none), and whether it
         forks scripts: ``trainkit launch``'s, whose framework the launcher names."""
-        config = self.backend_config
-        if isinstance(config, LaunchConfig):
-            return (config.framework if config.framework and config.framework.follow_thread_count else None), True
-        return (type(config) if config.follow_thread_count else None), False
+        scripts = isinstance(self.backend_config, LaunchConfig)
+        framework = self.backend_config.framework if scripts else type(self.backend_config)
+        return (framework if framework is not None and framework.follow_thread_count else None), scripts
 
     def _run_attempts(self, runner: AttemptRunner) -> Result:
         state = self.state
