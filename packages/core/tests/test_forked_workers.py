@@ -200,3 +200,68 @@ def test_a_forked_rank_killed_at_once_after_report_resumes_from_that_checkpoint(
                            env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
     assert "RESULT None 3 2 True" in out.stdout, out.stdout[-2000:]  # the retry's workers forked too
+
+
+AHEAD = '''
+import os, sys, threading
+import psutil
+from trainkit import DataParallelTrainer, RunConfig, ScalingConfig
+from trainkit._internal.cluster import ray_runtime
+from fork_framework import ForkConfig
+
+OUT = sys.argv[1]
+
+
+def servers():
+    """This driver's fork servers (its child processes running forkserver.py)."""
+    return [p.pid for p in psutil.Process().children() if "trainkit._internal.cluster.forkserver" in p.cmdline()]
+
+
+class FirstRayImport:  # what ran when this process first imported Ray
+    def find_spec(self, name, path=None, target=None):
+        if name == "ray":
+            sys.meta_path.remove(self)
+            print("AT_RAY_IMPORT", len(servers()), flush=True)
+
+
+sys.meta_path.insert(0, FirstRayImport())
+lock = threading.Lock()
+
+
+def unpicklable(config):
+    lock.acquire()
+
+
+def fn(config):
+    import trainkit
+    trainkit.report({"ppid": os.getppid()})
+
+
+def fit(train_fn, name):
+    return DataParallelTrainer(train_fn, backend_config=ForkConfig(), scaling_config=ScalingConfig(num_workers=2),
+                               run_config=RunConfig(name=name, storage_path=OUT, verbose=0)).fit()
+
+
+try:
+    fit(unpicklable, "refused")
+except TypeError as exc:
+    print("REFUSED", "cannot be sent to workers" in str(exc), servers(), flush=True)
+result = fit(fn, "ran")
+print("RAN", result.metrics["ppid"] == ray_runtime._fork_server.pid, servers() == [ray_runtime._fork_server.pid],
+      flush=True)
+'''
+
+
+def test_the_fork_server_starts_before_the_driver_imports_ray_and_a_refused_fit_stops_it(tmp_path):
+    """The embedded cluster's fork server starts as fit() begins, so its framework import (the start's
+    longest step) overlaps the driver's own import of Ray and checks of the run; the fit's Ray start
+    takes that server (one server, the workers' parent); a fit refused before Ray starts (an
+    unpicklable training function) leaves no server behind."""
+    (tmp_path / "fork_framework.py").write_text(FRAMEWORK)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+           "TRAINKIT_WARM": "0"}
+    out = subprocesses.run([sys.executable, "-c", textwrap.dedent(AHEAD), str(tmp_path)], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    lines = [line for line in out.stdout.splitlines() if line.split()[:1] in (["AT_RAY_IMPORT"], ["REFUSED"], ["RAN"])]
+    assert lines == ["AT_RAY_IMPORT 1", "REFUSED True []", "RAN True True"], out.stdout[-2000:]

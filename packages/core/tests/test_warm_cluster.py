@@ -372,6 +372,55 @@ def test_the_clusters_workers_fork_from_its_fork_server_and_down_ends_them(warm_
     assert _wait_gone(procs, 30) == []
 
 
+FOLLOW_CONFIG = textwrap.dedent('''
+    from dataclasses import dataclass
+    from typing import ClassVar
+    from trainkit import BackendConfig
+
+    def follow(loaded, wanted):
+        pass
+
+    @dataclass
+    class FollowConfig(BackendConfig):  # a framework whose embedded cluster would fork from a server
+        prewarm_modules: ClassVar = ("json",)
+        follow_thread_count: ClassVar = staticmethod(follow)
+''')
+
+FOLLOW_JOB = textwrap.dedent('''
+    import json, os, sys
+    import trainkit
+    from followcfg import FollowConfig
+
+    def train_fn(config):
+        import psutil
+        servers = [p for p in psutil.Process(config["driver"]).children()
+                   if "trainkit._internal.cluster.forkserver" in p.cmdline()]
+        trainkit.report({"driver_servers": len(servers), "ppid": os.getppid()})
+
+    result = trainkit.DataParallelTrainer(
+        train_fn, backend_config=FollowConfig(), train_loop_config={"driver": os.getpid()},
+        scaling_config=trainkit.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+        run_config=trainkit.RunConfig(name="follow", storage_path=sys.argv[1], verbose=0)).fit()
+    print("RESULT " + json.dumps(result.metrics), flush=True)
+''')
+
+
+def test_a_fit_attached_to_it_starts_no_fork_server_of_its_own(warm_env):
+    """A driver that will attach to the warm cluster does not start the fork server an embedded
+    start would (``fork_server_ahead``: a second framework import beside the run, for nothing); its
+    workers fork from the keeper's."""
+    up = _cli(warm_env, "up", "--idle-timeout", "0", "--prewarm", "json", "--json")
+    assert up.returncode == 0, up.stderr
+    server = _fork_server(warm_env, json.loads(up.stdout))
+    (warm_env["code"] / "followcfg.py").write_text(FOLLOW_CONFIG)
+    (warm_env["code"] / "follow_job.py").write_text(FOLLOW_JOB)
+    done = subprocess.run([sys.executable, "follow_job.py", str(warm_env["tmp"] / "runs")], env=warm_env["env"],
+                          cwd=warm_env["code"], timeout=300, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    metrics = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
+    assert metrics["driver_servers"] == 0 and metrics["ppid"] == server.pid, metrics
+
+
 def test_a_taken_spare_ends_with_the_driver_that_took_it(warm_env):
     """The keeper owns its spares, so Ray would keep one running after the driver that took it was
     SIGKILLed: it ends itself."""

@@ -29,12 +29,14 @@ Own session: the embedded cluster's processes are not in the driver's process gr
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import subprocess
 import sys
+import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterator
 from pathlib import Path
 
 from trainkit._internal.cluster import forkserver, ray_worker_main, warm, watchdog
@@ -46,14 +48,21 @@ if TYPE_CHECKING:
 
 def ensure_ray(framework: type[BackendConfig] | None = None, *, scripts: bool = False, **init_kwargs: object) -> None:
     """Connect to Ray unless connected; ``init_kwargs`` (e.g. ``num_cpus``) shape an embedded cluster,
-    whose workers start forked from a process that imported ``framework`` (``start_fork_server``), as
-    do, with ``scripts``, the scripts of ``trainkit launch`` (``forkserver.ENV``)."""
+    whose workers start forked from a process that imported ``framework`` (``start_fork_server``, or
+    the one ``fork_server_ahead`` started), as do, with ``scripts``, the scripts of ``trainkit
+    launch`` (``forkserver.ENV``)."""
+    with _starting:
+        _ensure_ray(framework, scripts, init_kwargs)
+
+
+def _ensure_ray(framework: type[BackendConfig] | None, scripts: bool, init_kwargs: dict) -> None:
+    global _ahead
     import ray
 
     if ray.is_initialized():
         return
     quiet = {"logging_level": logging.ERROR, "log_to_driver": False, "namespace": "trainkit"}
-    patched = os.environ.get("TRAINKIT_RAY_PATCHES", "1").lower() not in ("0", "false", "no")
+    patched = _patched()
     if patched:
         _hide_worker_pool_warning()
     if os.environ.get("RAY_ADDRESS"):
@@ -62,7 +71,7 @@ def ensure_ray(framework: type[BackendConfig] | None = None, *, scripts: bool = 
     if (record := warm.attachable()) is not None and _attach_warm(ray, record, quiet):
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if not patched or os.environ.get(FORK_WORKERS, "1") == "0":
+    if not _forks_workers():
         framework = None
     # single-machine mode for the cluster's own processes, which inherit it as ray.init starts them;
     # then this process's environment is as it was: a `ray start` it runs later (a node of a real
@@ -92,7 +101,9 @@ def ensure_ray(framework: type[BackendConfig] | None = None, *, scripts: bool = 
     fork_env = (ray_worker_main.WORKERS_ENV, forkserver.ENV)
     environ_before = {name: os.environ.get(name) for name in fork_env}
     if framework is not None:
-        address = start_fork_server(framework)
+        ahead, _ahead = _ahead, None
+        address = _fork_server_address() if ahead == (framework, _fork_server) and _fork_server.poll() is None \
+            else start_fork_server(framework)
         os.environ[ray_worker_main.WORKERS_ENV] = address
         if scripts:
             os.environ[forkserver.ENV] = address
@@ -124,6 +135,48 @@ def ensure_ray(framework: type[BackendConfig] | None = None, *, scripts: bool = 
                    + ([_fork_server.pid] if _fork_server is not None else []))
 
 
+@contextlib.contextmanager
+def fork_server_ahead(framework: type[BackendConfig] | None) -> Iterator[None]:
+    """Start the embedded cluster's fork server for ``framework`` now, where ``ensure_ray`` called
+    now would start one (Ray not connected, no ``RAY_ADDRESS``, no warm cluster to attach to): its
+    framework import, the cluster start's longest step, then overlaps what the driver does before
+    ``ensure_ray`` (importing Ray, checking the run's inputs, its storage). ``ensure_ray`` takes it;
+    one it did not take (the run failed before, or attached elsewhere) is stopped on leaving."""
+    global _ahead
+    with _starting:
+        mine = framework is not None and _ahead is None and _forks_workers() and not _ray_connected() \
+            and not os.environ.get("RAY_ADDRESS") and warm.attachable(quiet=True) is None
+        if mine:
+            start_fork_server(framework)
+            _ahead = (framework, _fork_server)
+    try:
+        yield
+    finally:
+        with _starting:
+            if mine and _ahead is not None and _ahead[1] is _fork_server:
+                _ahead = None
+                stop_fork_server()
+
+
+def _ray_connected() -> bool:
+    ray = sys.modules.get("ray")  # not imported: not connected (and not imported here for the answer)
+    return ray is not None and ray.is_initialized()
+
+
+def _forks_workers() -> bool:
+    """An embedded cluster's workers fork from a fork server (on unless turned off)."""
+    return _patched() and os.environ.get(FORK_WORKERS, "1") != "0"
+
+
+def _patched() -> bool:
+    """Ray's internals patched to start fast (the module docstring; ``TRAINKIT_RAY_PATCHES=0``: not)."""
+    return os.environ.get("TRAINKIT_RAY_PATCHES", "1").lower() not in ("0", "false", "no")
+
+
+def _fork_server_address() -> str:
+    return str(private_dir() / f"workers-{os.getpid()}.sock")
+
+
 def start_fork_server(framework: type[BackendConfig]) -> str:
     """Start the embedded cluster's fork server with ``framework.prewarm_modules`` imported
     (``forkserver.py``); returns its socket's path. Each of the cluster's Python workers is then a
@@ -138,7 +191,7 @@ def start_fork_server(framework: type[BackendConfig]) -> str:
         pid = left.name[len("workers-"):-len(".sock")]
         if pid.isdigit() and not watchdog.identities([int(pid)]):
             left.unlink(missing_ok=True)
-    address = str(private_dir() / f"workers-{os.getpid()}.sock")
+    address = _fork_server_address()
     _fork_server = forkserver.spawn(address, framework.prewarm_modules, fork_server_env(framework))
     return address
 
@@ -159,12 +212,14 @@ def stop_fork_server() -> None:
         if _fork_server.poll() is None:
             _fork_server.kill()  # (its forks are Ray's workers: the raylet ends them)
             _fork_server.wait()
-        Path(private_dir(), f"workers-{os.getpid()}.sock").unlink(missing_ok=True)
+        Path(_fork_server_address()).unlink(missing_ok=True)
     _fork_server = None
 
 
 FORK_WORKERS = "TRAINKIT_FORK_WORKERS"  # "0": the embedded cluster's workers start as fresh interpreters
 _fork_server: subprocess.Popen | None = None  # the embedded cluster's (start_fork_server)
+_ahead: tuple[type[BackendConfig], subprocess.Popen] | None = None  # fork_server_ahead's, until ensure_ray takes it
+_starting = threading.RLock()  # one thread at a time starts (or decides to start) the embedded cluster
 _embedded_node = None  # the node of the cluster ensure_ray started in this process
 _warm_node = None  # this process's node object while connected to the warm cluster (``trainkit up``)
 _warm_address: str | None = None
@@ -198,7 +253,7 @@ def _attach_warm(ray, record: dict, quiet: dict) -> bool:
     _warm_vital = {kind: (int(found[0]), str(found[1])) for kind, found in record.get("processes", {}).items()
                    if kind in _VITAL and found[1]}
     warm.touch()
-    if os.environ.get("TRAINKIT_RAY_PATCHES", "1").lower() not in ("0", "false", "no"):
+    if _patched():
         atexit.register(_leave_warm)  # before Ray's own exit hook (atexit is LIFO)
     return True
 
@@ -449,7 +504,6 @@ def watch_embedded_cluster(on_down: Callable[[str], None], every_s: float = 0.5)
     """Call ``on_down(what)`` once, from a thread, when the embedded cluster's GCS or raylet ends
     (``embedded_cluster_down``): the driver's main thread may then be stuck in a call to the dead
     GCS, which Ray ends by ending this process 60 s later. Returns what stops the watch."""
-    import threading
 
     stopped = threading.Event()
 

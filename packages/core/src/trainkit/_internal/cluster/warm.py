@@ -141,12 +141,15 @@ def load_env() -> dict[str, str]:
     return load_time_env(dict(os.environ))
 
 
-def attachable() -> dict[str, Any] | None:
-    """The warm cluster a driver should connect to, or None (start the embedded one)."""
+def attachable(quiet: bool = False) -> dict[str, Any] | None:
+    """The warm cluster a driver should connect to, or None (start the embedded one); ``quiet``:
+    without the note on why a live one is not used."""
     if os.environ.get(KEEPER_ENV) or os.environ.get("TRAINKIT_WARM", "1").lower() in ("0", "false", "no"):
         return None
     record = live_record()
     if record is not None and (theirs := record.get("load_env", {})) != (mine := load_env()):
+        if quiet:
+            return None
         key = min(k for k in {*theirs, *mine} if theirs.get(k) != mine.get(k))
         print(f"trainkit: not using the warm cluster: {key}={mine.get(key)!r} here, {theirs.get(key)!r} where "
               "`trainkit up` ran (it changes how Python or the framework loads); starting Ray for this run",

@@ -43,6 +43,15 @@ logger = logging.getLogger("trainkit")
 CLUSTER_GRACE_S = 10.0  # how long a dead cluster's failure is left to the main thread before a thread records it
 
 
+def fork_server_of(backend_config: BackendConfig) -> tuple[type[BackendConfig] | None, bool]:
+    """The framework an embedded cluster's fork server imports for a run of ``backend_config``
+    (None: none), and whether it forks scripts: ``trainkit launch``'s, whose framework the launcher
+    names."""
+    scripts = isinstance(backend_config, LaunchConfig)
+    framework = backend_config.framework if scripts else type(backend_config)
+    return (framework if framework is not None and framework.follow_thread_count else None), scripts
+
+
 class Controller:
     def __init__(self, *, train_fn: Callable, train_loop_config: dict | None, backend_config: BackendConfig,
                  scaling_config: ScalingConfig, run_config: RunConfig, datasets: dict[str, Any] | None,
@@ -90,7 +99,7 @@ class Controller:
 
                     begin = time.monotonic()
                     with ray_init_keeps_breakpoints():
-                        framework, scripts = self._fork_server()
+                        framework, scripts = fork_server_of(self.backend_config)
                         ensure_ray(framework, scripts=scripts)  # its workers fork from a server with the framework imported
                     stop_signals.install()  # Ray's start installs its own SIGTERM handler
                     check_can_ever_place(self.scaling)
@@ -203,13 +212,6 @@ class Controller:
                              reports=self.reports, display=self.display, logs=self.logs, plugins=self.plugins,
                              ray_start_s=self._ray_start_s, debug_relay=self.debug_relay,
                              runtime_env=self._runtime_env)
-
-    def _fork_server(self) -> tuple[type[BackendConfig] | None, bool]:
-        """The framework an embedded cluster's fork server imports (None: none), and whether it
-        forks scripts: ``trainkit launch``'s, whose framework the launcher names."""
-        scripts = isinstance(self.backend_config, LaunchConfig)
-        framework = self.backend_config.framework if scripts else type(self.backend_config)
-        return (framework if framework is not None and framework.follow_thread_count else None), scripts
 
     def _run_attempts(self, runner: AttemptRunner) -> Result:
         state = self.state
