@@ -214,7 +214,14 @@ OUT = sys.argv[1]
 
 def servers():
     """This driver's fork servers (its child processes running forkserver.py)."""
-    return [p.pid for p in psutil.Process().children() if "trainkit._internal.cluster.forkserver" in p.cmdline()]
+    found = []
+    for child in psutil.Process().children():
+        try:
+            if "trainkit._internal.cluster.forkserver" in child.cmdline():
+                found.append(child.pid)
+        except psutil.Error:  # ended meanwhile
+            pass
+    return found
 
 
 class FirstRayImport:  # what ran when this process first imported Ray

@@ -393,9 +393,13 @@ FOLLOW_JOB = textwrap.dedent('''
 
     def train_fn(config):
         import psutil
-        servers = [p for p in psutil.Process(config["driver"]).children()
-                   if "trainkit._internal.cluster.forkserver" in p.cmdline()]
-        trainkit.report({"driver_servers": len(servers), "ppid": os.getppid()})
+        servers = 0
+        for child in psutil.Process(config["driver"]).children():
+            try:
+                servers += "trainkit._internal.cluster.forkserver" in child.cmdline()
+            except psutil.Error:  # ended meanwhile
+                pass
+        trainkit.report({"driver_servers": servers, "ppid": os.getppid()})
 
     result = trainkit.DataParallelTrainer(
         train_fn, backend_config=FollowConfig(), train_loop_config={"driver": os.getpid()},

@@ -51,8 +51,12 @@ def ensure_ray(framework: type[BackendConfig] | None = None, *, scripts: bool = 
     whose workers start forked from a process that imported ``framework`` (``start_fork_server``, or
     the one ``fork_server_ahead`` started), as do, with ``scripts``, the scripts of ``trainkit
     launch`` (``forkserver.ENV``)."""
+    global _ahead
     with _starting:
         _ensure_ray(framework, scripts, init_kwargs)
+        if _ahead is not None:  # Ray is connected without it (already, RAY_ADDRESS, the warm cluster)
+            _ahead = None
+            stop_fork_server()
 
 
 def _ensure_ray(framework: type[BackendConfig] | None, scripts: bool, init_kwargs: dict) -> None:
@@ -100,14 +104,14 @@ def _ensure_ray(framework: type[BackendConfig] | None, scripts: bool, init_kwarg
     # the fork server loads while Ray starts; the raylet, so its workers, inherit its address
     fork_env = (ray_worker_main.WORKERS_ENV, forkserver.ENV)
     environ_before = {name: os.environ.get(name) for name in fork_env}
-    if framework is not None:
-        ahead, _ahead = _ahead, None
-        address = _fork_server_address() if ahead == (framework, _fork_server) and _fork_server.poll() is None \
-            else start_fork_server(framework)
-        os.environ[ray_worker_main.WORKERS_ENV] = address
-        if scripts:
-            os.environ[forkserver.ENV] = address
     try:
+        if framework is not None:
+            ahead, _ahead = _ahead, None  # this thread's, for this framework and still up: taken
+            address = _fork_server_address() if ahead == (framework, _fork_server, threading.get_ident()) \
+                and _fork_server.poll() is None else start_fork_server(framework)
+            os.environ[ray_worker_main.WORKERS_ENV] = address
+            if scripts:
+                os.environ[forkserver.ENV] = address
         # address="local": an embedded cluster, never one that `ray start` (or another process's
         # test cluster) recorded in /tmp/ray; a cluster is joined only through RAY_ADDRESS.
         ray.init(address="local", include_dashboard=False, _node_ip_address="127.0.0.1",
@@ -143,17 +147,18 @@ def fork_server_ahead(framework: type[BackendConfig] | None) -> Iterator[None]:
     ``ensure_ray`` (importing Ray, checking the run's inputs, its storage). ``ensure_ray`` takes it;
     one it did not take (the run failed before, or attached elsewhere) is stopped on leaving."""
     global _ahead
+    started = None
     with _starting:
-        mine = framework is not None and _ahead is None and _forks_workers() and not _ray_connected() \
-            and not os.environ.get("RAY_ADDRESS") and warm.attachable(quiet=True) is None
-        if mine:
+        if framework is not None and _ahead is None and _forks_workers() and not _ray_connected() \
+                and not os.environ.get("RAY_ADDRESS") and warm.attachable(quiet=True) is None:
             start_fork_server(framework)
-            _ahead = (framework, _fork_server)
+            started = _fork_server
+            _ahead = (framework, started, threading.get_ident())  # (it dies with this thread)
     try:
         yield
     finally:
         with _starting:
-            if mine and _ahead is not None and _ahead[1] is _fork_server:
+            if started is not None and _ahead is not None and _ahead[1] is started is _fork_server:
                 _ahead = None
                 stop_fork_server()
 
@@ -218,7 +223,7 @@ def stop_fork_server() -> None:
 
 FORK_WORKERS = "TRAINKIT_FORK_WORKERS"  # "0": the embedded cluster's workers start as fresh interpreters
 _fork_server: subprocess.Popen | None = None  # the embedded cluster's (start_fork_server)
-_ahead: tuple[type[BackendConfig], subprocess.Popen] | None = None  # fork_server_ahead's, until ensure_ray takes it
+_ahead: tuple[type[BackendConfig], subprocess.Popen, int] | None = None  # fork_server_ahead's (framework, server, thread), until ensure_ray takes it
 _starting = threading.RLock()  # one thread at a time starts (or decides to start) the embedded cluster
 _embedded_node = None  # the node of the cluster ensure_ray started in this process
 _warm_node = None  # this process's node object while connected to the warm cluster (``trainkit up``)
