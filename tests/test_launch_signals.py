@@ -173,6 +173,39 @@ def test_a_signal_to_the_launcher_reaches_every_rank_as_that_signal_as_under_tor
             assert state["status"] == "interrupted" and state["failures"] == [], state
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
+def test_ctrl_c_to_the_launchers_process_group_reaches_every_forked_rank_as_that_signal(tmp_path, sig):
+    """Ctrl-C in a terminal, or the terminal closing, signals the launcher's whole process group. On
+    the embedded cluster the ranks' scripts are forked by its fork server, which is not in that group
+    (a session of its own, as Ray's processes): the signal reaches each script once, from its rank,
+    as a signal to the launcher alone does. (In the group, the server died of it and took the scripts
+    with it, SIGKILLed before their handlers ran.)"""
+    script = tmp_path / "ranks.py"
+    script.write_text(RANK_SCRIPT)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    proc = start([*launchers(tmp_path, script)["trainkit"], str(out_dir)], tmp_path, env={**os.environ, "TRAINKIT_WARM": "0"})
+    try:
+        wait_for([out_dir / f"ready_{r}" for r in (0, 1)], proc, "the ranks were ready")
+        ready = [json.loads((out_dir / f"ready_{r}").read_text()) for r in (0, 1)]
+        for seen in ready:  # forked by the embedded cluster's fork server
+            assert "trainkit._internal.cluster.forkserver" in psutil.Process(seen["ppid"]).cmdline(), seen
+        descendants = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+        descendants += [pid for r in ready for pid in (r["pid"], r["child"])]
+        os.killpg(proc.pid, sig)
+        out, err, left = ended(proc, descendants)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    for rank in (0, 1):
+        marker = out_dir / f"signal_{rank}"
+        assert marker.exists(), f"rank {rank}'s handler did not run\n{out[-2000:]}\n{err[-4000:]}"
+        assert json.loads(marker.read_text())["signum"] == sig, rank
+    assert not left, f"left {left} running"
+    assert proc.returncode == 128 + sig, err[-4000:]
+    assert "Traceback" not in err, err[-4000:]
+
+
 SURVIVOR_SCRIPT = textwrap.dedent('''
     import json, os, signal, sys, time
     out, rank = sys.argv[1], os.environ["RANK"]

@@ -34,19 +34,22 @@ preloaded = "torch" in sys.modules
 import torch
 import torch.distributed as dist
 dist.init_process_group("gloo")
-model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 1))
+sub = dist.new_group([0, 1])
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 1), process_group=sub)
 model(torch.ones(4, 2)).sum().backward()
 world = dist.group.WORLD
-dist.destroy_process_group()
+dist.destroy_process_group(world if dist.get_rank() else None)  # both mean every group
 from trainkit._internal.cluster import forkserver
-print("FORKED", preloaded, any(group is world for group in forkserver._destroyed_groups))
+kept = forkserver._destroyed_groups
+print("FORKED", preloaded, any(group is world for group in kept), any(group is sub for group in kept))
 """
 
 
 def test_each_ranks_script_is_forked_and_keeps_the_groups_it_destroys_until_it_exits(tmp_path):
     """The embedded cluster's fork server forks the scripts (torch imported before their first line).
     A destroyed group is kept until the script exits, as a fresh process keeps it: freed with the DDP
-    model instead, it hung about 1 forked run in 10 under load (forkserver._keep_destroyed_groups)."""
+    model instead, it hung about 1 forked run in 10 under load (forkserver._keep_destroyed_groups).
+    ``destroy_process_group(dist.group.WORLD)`` destroys every group, as no argument does: all kept."""
     script = tmp_path / "forked_ddp.py"
     script.write_text(FORKED_DDP)
     out = subprocesses.run([sys.executable, "-m", "trainkit.cli", "launch", "--nproc", "2", "--cpus-per-worker", "0.5",
@@ -54,7 +57,7 @@ def test_each_ranks_script_is_forked_and_keeps_the_groups_it_destroys_until_it_e
                             str(script)], capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = [p.read_text().strip() for p in sorted((tmp_path / "logs").rglob("stdout.log"))]
-    assert lines == ["FORKED True True"] * 2, lines
+    assert lines == ["FORKED True True True"] * 2, lines
 
 
 RANK_0_ENDS_FIRST = """

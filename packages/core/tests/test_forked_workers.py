@@ -272,3 +272,12 @@ def test_the_fork_server_starts_before_the_driver_imports_ray_and_a_refused_fit_
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
     lines = [line for line in out.stdout.splitlines() if line.split()[:1] in (["AT_RAY_IMPORT"], ["REFUSED"], ["RAN"])]
     assert lines == ["AT_RAY_IMPORT 1", "REFUSED True []", "RAN True True"], out.stdout[-2000:]
+
+
+def test_the_stand_in_exits_as_its_worker_did_a_sigkill_too():
+    """The process Ray started for a forked worker ends as the worker did, SIGKILLed (the OOM killer,
+    its fork server killed) included: setting SIGKILL's disposition first failed (exit 1, a traceback)."""
+    for code in (-signal.SIGKILL, -signal.SIGTERM, 3, 0):
+        done = subprocess.run([sys.executable, "-c", "from trainkit._internal.cluster.ray_worker_main import exit_as; "
+                               f"exit_as({code})"], capture_output=True, text=True, timeout=60)
+        assert (done.returncode, done.stderr) == (code, ""), (code, done.stderr[-2000:])

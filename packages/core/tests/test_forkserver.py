@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
@@ -317,3 +318,41 @@ def test_a_childs_pid_stays_its_own_until_its_rank_has_read_its_exit(server, tmp
     assert forked.wait() == 4
     child.wait(timeout=60)  # reaped once the rank let go
 
+
+
+def test_requests_made_while_it_loads_queue_however_many(tmp_path):
+    """Every worker of a big node may ask at once while the server still imports the framework (Ray
+    starts one per CPU): the requests queue until it serves them, none is refused at once (a listen
+    backlog of 64 refused the 66th with EAGAIN)."""
+    (tmp_path / "slowload.py").write_text("import os, time\nwhile not os.path.exists(os.environ['GO']):\n"
+                                          "    time.sleep(0.01)\n")
+    address, go = str(tmp_path / "fs.sock"), tmp_path / "go"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+           "GO": str(go)}
+    proc = subprocess.Popen([sys.executable, "-m", "trainkit._internal.cluster.forkserver", address, str(os.getpid()),
+                             "slowload"], env=env, stdin=subprocess.DEVNULL)
+    waiting = []
+    try:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(address):
+            assert proc.poll() is None and time.monotonic() < deadline, "the fork server did not start"
+            time.sleep(0.05)
+        for _ in range(200):  # while it loads: queued, never accepted yet
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            waiting.append(conn)
+            conn.setblocking(False)
+            conn.connect(address)  # a full backlog: BlockingIOError at once
+        for conn in waiting:
+            conn.close()  # (the server takes each as a malformed request and goes on)
+        go.touch()
+        script = tmp_path / "scripts" / "ok.py"  # (not beside slowload.py: a fresh process would import that one)
+        script.parent.mkdir()
+        script.write_text("print('served')\n")
+        child = forkserver.start(address, [sys.executable, str(script)], "script", str(script.parent), env, set())
+        assert not isinstance(child, str), child
+        assert child.wait() == 0 and child.stdout.read() == b"served\n"
+    finally:
+        for conn in waiting:
+            conn.close()
+        proc.kill()
+        proc.wait()

@@ -9,6 +9,7 @@ stops it by the pids recorded. Waits are on events, with generous bounds, never 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -237,6 +238,36 @@ def test_a_wall_clock_step_does_not_end_the_idle_timeout(warm_env, tmp_path):
     wait_for_polls(len(polls.read_text()) + 3)  # three polls with the clock an hour ahead
     assert keeper.is_running() and keeper.status() != psutil.STATUS_ZOMBIE
     assert "idle for" not in (warm_env["private"] / "warm.log").read_text()
+
+
+def test_the_idle_stop_waits_for_a_driver_between_its_look_and_its_connect(warm_env, tmp_path):
+    """A driver found the record and is connecting (it holds the attach lock, shared, until it has
+    connected and touched the used-file) at the very moment the idle timeout ends: the keeper does
+    not stop the cluster under it; once the driver is through (here: it went elsewhere), it stops."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(CLOCK_SHIM)
+    polls = tmp_path / "polls"
+    env = {"PYTHONPATH": f"{shim}{os.pathsep}{warm_env['env']['PYTHONPATH']}", "TEST_POLLS": str(polls),
+           "TEST_CLOCK_STEP": str(tmp_path / "no-step")}  # (the shim's clock, not stepped here)
+    warm_env["private"].mkdir(mode=0o700)
+    driver = os.open(warm_env["private"] / "warm.attach", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(driver, fcntl.LOCK_SH)  # from before `up`: however slow this machine, no idle stop first
+        up = _cli(warm_env, "up", "--idle-timeout", "1s", "--prewarm", "none", "--spares", "0", "--json", env=env)
+        assert up.returncode == 0, up.stderr
+        keeper = psutil.Process(json.loads(up.stdout)["keeper_pid"])
+        deadline, seen = time.monotonic() + 120, len(polls.read_text()) if polls.exists() else 0
+        while not (polls.exists() and len(polls.read_text()) >= seen + 4):  # its 1 s timeout over at 2 of them
+            assert keeper.is_running() and keeper.status() != psutil.STATUS_ZOMBIE, "it stopped under the driver"
+            assert time.monotonic() < deadline, "the keeper did not poll"
+            time.sleep(0.1)
+        assert keeper.is_running() and keeper.status() != psutil.STATUS_ZOMBIE, "it stopped under the driver"
+        assert (warm_env["private"] / "warm.json").exists()
+    finally:
+        os.close(driver)
+    keeper.wait(timeout=120)
+    assert "idle for 1 s" in (warm_env["private"] / "warm.log").read_text()
 
 
 def test_stale_record_falls_back_to_the_embedded_start(warm_env):

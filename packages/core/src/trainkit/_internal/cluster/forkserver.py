@@ -186,7 +186,7 @@ class _Server:
             self.listener.bind(bound)
         finally:
             os.umask(old_umask)
-        self.listener.listen(64)
+        self.listener.listen(socket.SOMAXCONN)  # every worker of a big node may ask while the server loads
         os.replace(bound, address)  # in place once it listens (a dead server's goes)
         self.address, self.inode = address, os.stat(address).st_ino
         self.wakeup_r, self.wakeup_w = os.pipe()
@@ -467,8 +467,11 @@ def spawn(address: str, modules: list[str] | tuple[str, ...], env: dict[str, str
     thread that calls this): a ``subprocess.Popen``."""
     import subprocess
 
+    # a session of its own, as the cluster's processes: Ctrl-C or a closed terminal (a signal to the
+    # driver's process group) reaches the driver, which stops the run; it would end the server, and
+    # with it the scripts it forked, before their ranks passed the signal on
     return subprocess.Popen([sys.executable, "-m", "trainkit._internal.cluster.forkserver", address, str(os.getpid()),
-                             *modules], stdin=subprocess.DEVNULL, cwd="/", env=env)
+                             *modules], stdin=subprocess.DEVNULL, cwd="/", env=env, start_new_session=True)
 
 
 def die_with_parent() -> None:
@@ -571,7 +574,8 @@ def _keep_destroyed_groups(c10d: Any) -> None:
 
     @functools.wraps(destroy)
     def destroy_process_group(group: Any = None) -> None:
-        _destroyed_groups.extend(list(getattr(getattr(c10d, "_world", None), "pg_map", ())) if group is None else [group])
+        every = group is None or group is getattr(getattr(c10d, "GroupMember", None), "WORLD", None)  # (torch: all)
+        _destroyed_groups.extend(list(getattr(getattr(c10d, "_world", None), "pg_map", ())) if every else [group])
         destroy(group)
 
     c10d.destroy_process_group = destroy_process_group

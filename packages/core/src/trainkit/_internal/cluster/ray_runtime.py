@@ -72,8 +72,9 @@ def _ensure_ray(framework: type[BackendConfig] | None, scripts: bool, init_kwarg
     if os.environ.get("RAY_ADDRESS"):
         ray.init(**quiet)
         return
-    if (record := warm.attachable()) is not None and _attach_warm(ray, record, quiet):
-        return
+    with warm.attach_lock():
+        if (record := warm.attachable()) is not None and _attach_warm(ray, record, quiet):
+            return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if not _forks_workers():
         framework = None

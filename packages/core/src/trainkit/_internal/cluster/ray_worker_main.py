@@ -94,12 +94,18 @@ def run_forked(address: str) -> int | None:
     return child.wait()
 
 
+def exit_as(code: int) -> None:
+    """End this process as its worker ended: ``code`` a ``Popen`` return code (-N: killed by signal N)."""
+    if code < 0:
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):  # (their disposition cannot be set)
+            signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code & 0xFF)
+
+
 if __name__ == "__main__":
     if (address := os.environ.pop(WORKERS_ENV, None)) and (code := run_forked(address)) is not None:
-        if code < 0:
-            signal.signal(-code, signal.SIG_DFL)
-            os.kill(os.getpid(), -code)
-        os._exit(code & 0xFF)
+        exit_as(code)
     lazy_pydantic()
     import ray._private.workers
 

@@ -22,12 +22,14 @@ holds spare worker processes with ``--prewarm``'s modules imported, which the ne
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from trainkit._internal.cluster import watchdog
 from trainkit._internal.cluster.forkserver import load_time_env
@@ -35,6 +37,7 @@ from trainkit._internal.cluster.userdir import private_dir
 
 RECORD = "warm.json"
 USED = "warm.used"  # its mtime: when a driver last connected
+ATTACH_LOCK = "warm.attach"  # shared by a driver from its look at the record until it connected
 KEEPER_ENV = "TRAINKIT_WARM_KEEPER"  # set in the keeper: its ensure_ray starts the cluster, never attaches
 DEFAULT_IDLE_TIMEOUT_S = 30 * 60
 POLL_S = 1.0
@@ -123,6 +126,24 @@ def write_record(record: dict[str, Any]) -> None:
     with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         json.dump(record, f)
     os.replace(partial, path)
+
+
+@contextlib.contextmanager
+def attach_lock(exclusive: bool = False) -> Iterator[bool]:
+    """A driver holds it shared from its look at the record until it connected (and touched the
+    used-file); the keeper takes it exclusive, without waiting (yields False when a driver holds
+    it), for its last look before an idle stop: a driver attaching at the idle timeout's very
+    moment is seen, never connected to a cluster that is stopping."""
+    fd = os.open(private_dir() / ATTACH_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB if exclusive else fcntl.LOCK_SH)
+        except BlockingIOError:
+            yield False
+        else:
+            yield True
+    finally:
+        os.close(fd)
 
 
 def touch() -> None:

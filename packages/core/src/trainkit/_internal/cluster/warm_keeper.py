@@ -15,7 +15,7 @@ from typing import Any
 from trainkit._internal.cluster import forkserver, ray_runtime, ray_worker_main, watchdog
 from trainkit._internal.plugins import torch_backend
 from trainkit._internal.worker import keeper_spares
-from trainkit._internal.cluster.warm import (DEFAULT_IDLE_TIMEOUT_S, KEEPER_ENV, POLL_S, USED, answers,
+from trainkit._internal.cluster.warm import (DEFAULT_IDLE_TIMEOUT_S, KEEPER_ENV, POLL_S, USED, answers, attach_lock,
                                             live_record, load_env, read_record, remove_record, same_process, write_record)
 
 DEFAULT_SPARES = 4
@@ -190,8 +190,11 @@ def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spare
             pool.refill(start_new=idle)
             forks.keep(start_new=idle)
             if usage.idle_s(*usage.look()) >= idle_timeout_s > 0:
-                reason = f"idle for {idle_timeout_s:g} s"
-                break
+                with attach_lock(exclusive=True) as alone:  # no driver between its look and its connect
+                    if alone and usage.idle_s(*usage.look()) >= idle_timeout_s:
+                        remove_record(record)  # drivers that look from now on start their own cluster
+                        reason = f"idle for {idle_timeout_s:g} s"
+                        break
         reason = reason or f"stopped by {stop[0]}"
     finally:
         remove_record(record)
