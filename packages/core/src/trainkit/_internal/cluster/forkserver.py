@@ -33,7 +33,8 @@ The promise, and where it stops:
 - The child dies with the rank: when the rank's connection closes before the script ended (its
   worker died) the server SIGKILLs the child's process group, and every child gets SIGKILL when the
   server dies (``PR_SET_PDEATHSIG``; not one asked to outlive it, a Ray worker, which Ray ends), the
-  server when the keeper dies.
+  server when the process that started it dies. The server has a session of its own, so a signal to
+  that process's group (Ctrl-C in its terminal) reaches the scripts only through their ranks.
 - A child's pid is its own until its rank has read its exit status (the server keeps it a zombie,
   as a ``Popen`` child stays one until its parent waits), so the rank's signals to the script's
   process group never reach another process that got the pid meanwhile.
