@@ -159,7 +159,7 @@ def fork_server_ahead(framework: type[BackendConfig] | None) -> Iterator[None]:
         yield
     finally:
         with _starting:
-            if started is not None and _ahead is not None and _ahead[1] is started is _fork_server:
+            if started is not None and _ahead is not None and _ahead[1] is started:  # not taken: stop it
                 _ahead = None
                 stop_fork_server()
 
