@@ -113,23 +113,27 @@ class DataParallelTrainer:
 
         Raises ``TrainingFailedError`` (also in ``Result.error``) when the run fails after its retries.
         """
-        from trainkit._internal.cluster.ray_runtime import fork_server_ahead
-        from trainkit._internal.driver.controller import Controller, fork_server_of
+        from trainkit._internal.driver import handoff
         from trainkit._internal.plugins import get_plugins
 
         get_plugins().hook.trainkit_check_inputs(train_loop_per_worker=self.train_loop_per_worker,
                                                  train_loop_config=self.train_loop_config, datasets=self.datasets)
         local = self.scaling_config.local_mode
-        # an embedded cluster's workers fork from a server that imports the framework: it starts now
-        with fork_server_ahead(None if local else fork_server_of(self.backend_config)[0]):
-            if not local:
-                _check_picklable(self.train_loop_per_worker, self.train_loop_config)
-            controller = Controller(
-                train_fn=self.train_loop_per_worker, train_loop_config=self.train_loop_config,
-                backend_config=self.backend_config, scaling_config=self.scaling_config,
-                run_config=self.run_config, datasets=self._datasets, validation_config=self.validation_config,
-                default_name=f"{type(self).__name__}_{time.strftime('%Y-%m-%d_%H-%M-%S')}")
-            result = controller.run()
+        run = dict(train_fn=self.train_loop_per_worker, train_loop_config=self.train_loop_config,
+                   backend_config=self.backend_config, scaling_config=self.scaling_config,
+                   run_config=self.run_config, datasets=self._datasets, validation_config=self.validation_config,
+                   default_name=f"{type(self).__name__}_{time.strftime('%Y-%m-%d_%H-%M-%S')}")
+        # on the warm cluster, its spare driver runs it: this process never imports Ray
+        result = None if local else handoff.hand_off(run)
+        if result is None:
+            from trainkit._internal.cluster.ray_runtime import fork_server_ahead
+            from trainkit._internal.driver.controller import Controller, fork_server_of
+
+            # an embedded cluster's workers fork from a server that imports the framework: it starts now
+            with fork_server_ahead(None if local else fork_server_of(self.backend_config)[0]):
+                if not local:
+                    _check_picklable(self.train_loop_per_worker, self.train_loop_config)
+                result = Controller(**run).run()
         if result.error is not None:
             raise result.error
         return result

@@ -142,11 +142,49 @@ class _ForkServer:
                 proc.wait()
 
 
+class _SpareDriver:
+    """A driver process ready for the next ``fit()`` to hand its run to (``driver/handoff.py``): one
+    at a time, a new one started (while no run is going) once it was taken or ended. A taken one is
+    the user's driver: it is left to end with its run."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.address = str(ray_runtime.private_dir() / "driver.sock")  # handoff.SOCKET
+        self.env = env  # the keeper's as it started: the spare imports Ray with what a driver would have
+        self._proc: subprocess.Popen | None = None
+        self._listened = False
+        self._taken: list[subprocess.Popen] = []
+
+    def keep(self, start_new: bool = True) -> None:
+        self._taken = [proc for proc in self._taken if proc.poll() is None]
+        if self._proc is not None and self._proc.poll() is None:
+            if os.path.exists(self.address):
+                self._listened = True
+                return
+            if not self._listened:
+                return  # still loading
+            self._taken.append(self._proc)
+            self._proc = None
+        if start_new:
+            self._proc = subprocess.Popen([sys.executable, "-m", "trainkit._internal.driver.handoff", self.address,
+                                           str(os.getpid())],
+                                          stdin=subprocess.DEVNULL, cwd="/", env=self.env)
+            self._listened = False
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None and not os.path.exists(self.address) \
+                and self._listened:
+            self._taken.append(self._proc)  # taken since the last look
+        elif self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+
+
 def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spares: int | None = None) -> int:
     """The keeper: start the cluster, record it, watch it and keep ``spares`` spare workers ready
     (``keeper_spares``; default: one per CPU, at most ``DEFAULT_SPARES``); stop it on
     SIGTERM/SIGINT/SIGHUP, when no driver used it for ``idle_timeout_s`` (0: never), or when its
     GCS or raylet ends."""
+    driver = _SpareDriver(dict(os.environ))
     os.environ[KEEPER_ENV] = "1"
     stop: list[str] = []
 
@@ -167,6 +205,7 @@ def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spare
     pool = keeper_spares.Pool(min(cpus, DEFAULT_SPARES) if spares is None else spares, tuple(prewarm))
     forks.wait_listening()  # the spares below then fork from it once it loaded
     pool.refill()  # started now, ready for the first driver
+    driver.keep()
     pids = _cluster_processes()
     all_pids = [pid for group in pids.values() for pid in group]
     starts = watchdog.identities(all_pids + [os.getpid()])
@@ -189,6 +228,7 @@ def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spare
             idle = _cluster_idle()
             pool.refill(start_new=idle)
             forks.keep(start_new=idle)
+            driver.keep(start_new=idle)
             if usage.idle_s(*usage.look()) >= idle_timeout_s > 0:
                 with attach_lock(exclusive=True) as alone:  # no driver between its look and its connect
                     if alone and usage.idle_s(*usage.look()) >= idle_timeout_s:
@@ -198,6 +238,7 @@ def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spare
         reason = reason or f"stopped by {stop[0]}"
     finally:
         remove_record(record)
+        driver.stop()
         forks.stop()
         ray_runtime._stop_embedded_cluster()
     print(f"trainkit warm cluster {record['address']} stopped: {reason}", flush=True)

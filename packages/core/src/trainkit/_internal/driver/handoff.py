@@ -1,0 +1,331 @@
+"""A ``fit()`` on the warm cluster without Ray in the user's process.
+
+The warm cluster's keeper (``trainkit up``) holds a spare driver: a process that has imported Ray
+and trainkit's driver and listens on ``<private dir>/driver.sock``. ``fit()`` in a process that
+never imported Ray hands that spare its run instead of importing Ray (0.35 s), connecting and, at
+exit, disconnecting (Ray's fixed 0.27 s): the spare takes the process's stdin, stdout and stderr
+(passed over the socket), its working directory, environment, ``sys.path`` and ``sys.argv``, runs
+the run's control (``Controller.run``) as this process would, and sends back the ``Result``, the
+exception or the exit status, which ``fit()`` returns, raises or exits with. The training
+function and its config travel pickled and are unpickled on the workers only (the spare never
+imports the user's modules or the framework). Ctrl-C, SIGTERM and SIGHUP reaching this process
+while it waits go on to the spare (where their disposition is still the default: see
+``signals.py``), which stops the run as a driver of its own would; a spare whose process is gone
+(SIGKILL) ends itself at once, as Ray ends a dead driver's workers.
+
+Promise: a run is handed off only once the spare said it started it; until then nothing of it ran,
+and any refusal (no spare, one that is loading, already taken, or stale: ``_refusal``) leaves
+``fit()`` to run it here as before. Not handed off: a process that imported Ray (it may use Ray
+after ``fit()``, connected as before), local mode, a run with driver-side callbacks, datasets or a
+validation function (they run in the driver: here), a ``fit()`` outside the main thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.machinery
+import os
+import pickle
+import signal
+import socket
+import struct
+import sys
+import threading
+import traceback
+from typing import Any, Iterator
+
+from trainkit._internal.cluster import warm
+from trainkit._internal.cluster.forkserver import default_signals, die_with_parent, site_dirs
+from trainkit._internal.cluster.userdir import private_dir
+from trainkit._internal.driver.signals import STOP_SIGNALS
+from trainkit.result import Result
+
+SOCKET = "driver.sock"
+_FRAME = struct.Struct("!cQ")  # kind, length
+STARTED, DECLINED, RESULT, RAISED, EXITED = b"S", b"D", b"R", b"E", b"X"
+
+
+class _Pickled:
+    """The user's function or config as the user's process pickled it: the spare ships it to the
+    workers as it came, and they unpickle it (``pickle.loads`` with cloudpickle's functions)."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def __reduce__(self) -> tuple:
+        return pickle.loads, (self.data,)
+
+
+def address() -> str:
+    return str(private_dir() / SOCKET)
+
+
+# -- the user's process ---------------------------------------------------------------------------
+def hand_off(controller_args: dict[str, Any]) -> Result | None:
+    """Run ``Controller(**controller_args).run()`` in the warm cluster's spare driver; its
+    ``Result``, or None when the run was not handed off (run it here)."""
+    run_config, datasets = controller_args["run_config"], controller_args["datasets"]
+    if "ray" in sys.modules or threading.current_thread() is not threading.main_thread() \
+            or run_config.callbacks or datasets.datasets or controller_args["validation_config"] is not None:
+        return None
+    try:
+        import cloudpickle
+
+        blobs = {name: cloudpickle.dumps(controller_args[name]) for name in ("train_fn", "train_loop_config")}
+        rest = cloudpickle.dumps({k: v for k, v in controller_args.items() if k not in blobs})
+        stdio = [os.dup(fd) for fd in (0, 1, 2)]
+    except Exception:  # noqa: BLE001 - not picklable (the run's own check says why), or no stdio
+        return None
+    try:
+        conn = _started(blobs, rest, stdio)
+    finally:
+        for fd in stdio:
+            os.close(fd)
+    if conn is None:
+        return None
+    with conn, _forwarded(conn):
+        reply = _receive_frame(conn)
+    if reply is None:
+        raise RuntimeError("the warm cluster's driver running this fit() ended without its result (killed, or "
+                           "the warm cluster stopped); the run's state is in its storage path")
+    kind, data = reply
+    if kind == RESULT:
+        return pickle.loads(data)
+    if kind == EXITED:
+        raise SystemExit(pickle.loads(data))
+    blob, where = pickle.loads(data)
+    try:
+        error = pickle.loads(blob)
+    except Exception:  # noqa: BLE001 - not picklable, or not here: its traceback says what it was
+        raise RuntimeError(f"fit() failed in the warm cluster's driver:\n{where}") from None
+    if hasattr(error, "add_note"):  # Python 3.11+
+        error.add_note(f"raised in the warm cluster's driver that ran this fit():\n{where}")
+    raise error
+
+
+def _started(blobs: dict[str, bytes], rest: bytes, stdio: list[int]) -> socket.socket | None:
+    """The connection to the spare once it started the run; None when it did not."""
+    request = pickle.dumps({"executable": sys.executable, "cwd": os.getcwd(), "env": dict(os.environ),
+                            "sys_path": list(sys.path), "argv": list(sys.argv), **blobs, "rest": rest})
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    # shared from the look at the warm cluster's record until the spare touched its used-file
+    with warm.attach_lock():
+        try:
+            if warm.attachable(quiet=True) is None:
+                raise OSError("no warm cluster")
+            conn.connect(address())
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()  # what this process printed comes before what the spare prints
+            frame = _FRAME.pack(b"Q", len(request)) + request
+            sent = socket.send_fds(conn, [frame], stdio)
+            conn.sendall(frame[sent:])
+            reply = _receive_frame(conn)
+        except OSError:
+            reply = None
+    if reply is None or reply[0] != STARTED:
+        conn.close()
+        return None
+    return conn
+
+
+@contextlib.contextmanager
+def _forwarded(conn: socket.socket) -> Iterator[None]:
+    """This process's stop signals go to the spare (where their disposition is the default one)."""
+    pid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
+    previous = {}
+    for signum in STOP_SIGNALS:
+        if signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler):
+            previous[signum] = signal.signal(signum, lambda signum, _frame: os.kill(pid, signum))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _send_frame(conn: socket.socket, kind: bytes, data: bytes = b"") -> None:
+    conn.sendall(_FRAME.pack(kind, len(data)) + data)
+
+
+def _receive_frame(conn: socket.socket, fds: list[int] | None = None) -> tuple[bytes, bytes] | None:
+    """The next (kind, data); None when the connection ended first. With ``fds``, the file
+    descriptors that came with it are appended there."""
+    data = b""
+    while len(data) < _FRAME.size or len(data) < _FRAME.size + _FRAME.unpack_from(data)[1]:
+        if fds is not None and not data:
+            chunk, received, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+            fds += received
+        else:
+            chunk = conn.recv(1 << 20)
+        if not chunk:
+            return None
+        data += chunk
+    kind, length = _FRAME.unpack_from(data)
+    return kind, data[_FRAME.size:_FRAME.size + length]
+
+
+# -- the spare driver -----------------------------------------------------------------------------
+def serve(path: str, keeper_pid: int) -> None:
+    """The spare: load, listen at ``path``, take one run and run it; dies with the keeper until taken."""
+    die_with_parent()
+    if os.getppid() != keeper_pid:  # it ended before the line above
+        return
+    started_env, started_path = dict(os.environ), list(sys.path)  # Ray's import adds some of its own
+    import cloudpickle  # noqa: F401 - what unpickling the request needs
+    import ray  # noqa: F401 - the 0.35 s the user's process saves
+
+    from trainkit._internal.driver.controller import Controller
+    from trainkit._internal.plugins import get_plugins
+
+    get_plugins()
+    loaded_site = site_dirs()
+    added_path = [entry for entry in sys.path if entry not in started_path]  # Ray's vendored packages
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    bound = f"{path}.{os.getpid()}"
+    old_umask = os.umask(0o177)
+    try:
+        listener.bind(bound)
+    finally:
+        os.umask(old_umask)
+    listener.listen(8)
+    os.replace(bound, path)  # found from now on
+    inode = os.stat(path).st_ino
+    conn, _ = listener.accept()
+    with contextlib.suppress(OSError):
+        if os.stat(path).st_ino == inode:
+            os.unlink(path)  # taken: the next fit() finds the keeper's next spare, or none
+    listener.close()  # drivers queued behind this one are refused: they run their fits themselves
+    fds: list[int] = []
+    request = _receive_frame(conn, fds)
+    if request is None or len(fds) != 3:
+        return
+    request = pickle.loads(request[1])
+    request["sys_path"] = added_path + [entry for entry in request["sys_path"] if entry not in added_path]
+    why = _refusal(request, loaded_site, started_env)
+    if why is None:
+        try:
+            sys.path[:] = request["sys_path"]  # what the user's modules unpickle from
+            os.chdir(request["cwd"])
+            args = pickle.loads(request["rest"])
+        except Exception as exc:  # noqa: BLE001 - the user's process runs it and says what fails
+            why = f"cannot load the run here: {exc!r}"
+    if why is not None:
+        _send_frame(conn, DECLINED, why.encode())
+        return
+    warm.touch()  # a driver came: the keeper's idle clock starts again
+    _become_the_users(request, fds)
+    _send_frame(conn, STARTED)
+    replied = threading.Event()
+    threading.Thread(target=_end_with_the_users_process, args=(conn, replied), daemon=True).start()
+    try:
+        reply = RESULT, _dumps(Controller(**args, train_fn=_Pickled(request["train_fn"]),
+                                                     train_loop_config=_Pickled(request["train_loop_config"])).run())
+    except SystemExit as exc:  # a stop signal: the run recorded it and said so
+        reply = EXITED, pickle.dumps(exc.code)
+    except BaseException as exc:  # noqa: BLE001 - raised in the user's process
+        try:
+            blob = _dumps(exc)
+        except Exception:  # noqa: BLE001
+            blob = None
+        reply = RAISED, pickle.dumps((blob, traceback.format_exc()))
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    replied.set()
+    try:
+        _send_frame(conn, *reply)
+    finally:
+        for fd in (0, 1, 2):  # nothing of Ray's exit reaches the user's terminal after fit() returned
+            os.dup2(devnull, fd)
+
+
+def _dumps(obj: Any) -> bytes:
+    """``obj`` pickled with every exception's ``__cause__`` (pickling drops it; ``trainkit launch``
+    reads a script's exit status from it)."""
+    import io
+
+    import cloudpickle
+
+    class Pickler(cloudpickle.Pickler):
+        def reducer_override(self, obj: Any) -> Any:
+            if isinstance(obj, BaseException) and obj.__cause__ is not None:
+                return _with_cause, (obj.__reduce_ex__(pickle.DEFAULT_PROTOCOL), obj.__cause__)
+            return super().reducer_override(obj)
+
+    buffer = io.BytesIO()
+    Pickler(buffer, protocol=pickle.DEFAULT_PROTOCOL).dump(obj)
+    return buffer.getvalue()
+
+
+def _with_cause(reduced: tuple, cause: BaseException) -> BaseException:
+    error = reduced[0](*reduced[1])
+    state = reduced[2] if len(reduced) > 2 else None
+    if state:
+        if hasattr(error, "__setstate__"):
+            error.__setstate__(state)
+        else:
+            error.__dict__.update(state)
+    error.__cause__ = cause
+    return error
+
+
+def _refusal(request: dict, loaded_site: dict, started_env: dict[str, str]) -> str | None:
+    """Why this spare cannot be the user's driver (None: it can): another interpreter, a
+    ``pip install`` since it loaded, Ray's settings differing, or a module it loaded that the
+    user's ``sys.path`` (with what importing Ray adds) finds elsewhere (a checkout of trainkit, a
+    ``ray.py`` beside the script)."""
+    if request["executable"] != sys.executable:
+        return f"another interpreter: {request['executable']}"
+    if site_dirs() != loaded_site:
+        return "site-packages changed since the spare driver loaded"
+    env = request["env"]
+    for key in sorted({*env, *started_env}):
+        if key.startswith("RAY_") and env.get(key) != started_env.get(key):
+            return f"{key} differs from the spare driver's"
+    for name, module in list(sys.modules.items()):
+        origin = getattr(getattr(module, "__spec__", None), "origin", None)
+        if "." in name or name.startswith("_") or not origin or not os.path.isabs(origin):
+            continue
+        found = importlib.machinery.PathFinder.find_spec(name, request["sys_path"])
+        if found is None or found.origin is None or os.path.realpath(found.origin) != os.path.realpath(origin):
+            return f"the user's sys.path finds module {name!r} elsewhere"
+    return None
+
+
+def _become_the_users(request: dict, fds: list[int]) -> None:
+    """This process takes the user's stdio, environment and arguments (its directory and
+    ``sys.path`` it already took); it stays in the keeper's session, outside the terminal's
+    process group: the user's process forwards what the terminal sends."""
+    for fd, theirs in zip((0, 1, 2), fds):
+        os.dup2(theirs, fd)
+        os.close(theirs)
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115 - this process's stdio from now on
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.argv[:] = request["argv"]
+    die_with_parent_off()
+
+
+def die_with_parent_off() -> None:
+    """A taken spare outlives the keeper: its run records what becomes of the cluster."""
+    import ctypes
+
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(1, 0)  # PR_SET_PDEATHSIG: none
+
+
+def _end_with_the_users_process(conn: socket.socket, replied: threading.Event) -> None:
+    """The user's process is gone (its end of the connection closed before the result): SIGKILL,
+    so Ray ends the run's workers as those of any dead driver."""
+    with contextlib.suppress(OSError):
+        while conn.recv(1 << 16):
+            pass
+    if not replied.is_set():
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+if __name__ == "__main__":
+    default_signals()
+    serve(sys.argv[1], int(sys.argv[2]))
