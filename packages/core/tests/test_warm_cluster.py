@@ -613,3 +613,127 @@ def test_a_pip_install_during_a_launch_retires_the_fork_server_and_spares_the_ru
     server.wait(timeout=60)  # retired, it ends with its last script
     replaced = _fork_server(warm_env, record)
     assert replaced.pid != server.pid
+
+
+# -- a fit() handed to the keeper's spare driver (driver/handoff.py) --------------------------------
+HANDOFF_JOB = textwrap.dedent('''
+    import json, os, sys, time
+    import trainkit
+
+    MARK, HOLD_S = sys.argv[3], float(sys.argv[4])
+
+    def train_fn():
+        import usermod
+        rank = trainkit.get_context().get_world_rank()
+        trainkit.report({"value": usermod.VALUE, "setting": os.environ.get("USER_SETTING", "")})
+        if rank == 0:
+            print("RANK ZERO LINE", flush=True)
+            open(MARK, "w").close()
+        time.sleep(HOLD_S)
+
+    print("BEFORE FIT", flush=True)
+    try:
+        result = trainkit.DataParallelTrainer(
+            train_fn, scaling_config=trainkit.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+            run_config=trainkit.RunConfig(name=sys.argv[2], storage_path=sys.argv[1])).fit()
+        out = {"value": result.metrics["value"], "setting": result.metrics["setting"]}
+    except Exception as exc:
+        out = {"error": type(exc).__name__, "message": str(exc)}
+    print("RESULT " + json.dumps({**out, "ray_imported": "ray" in sys.modules}), flush=True)
+''')
+
+
+def _spare_driver(ctx, but: int | None = None, timeout_s: float = 120) -> psutil.Process:
+    """The keeper's spare driver once it listens (another than pid ``but``)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for keeper in _keepers(ctx):
+            for proc in keeper.children():
+                try:
+                    if "trainkit._internal.driver.handoff" in proc.cmdline() and proc.pid != but and \
+                            (ctx["private"] / "driver.sock").exists():
+                        return proc
+                except psutil.Error:
+                    pass
+        time.sleep(0.1)
+    raise AssertionError("the keeper started no spare driver")
+
+
+def _handoff_job(ctx, name: str, value: int = 1, hold_s: float = 0, env: dict | None = None) -> subprocess.Popen:
+    (ctx["code"] / "usermod.py").write_text(f"VALUE = {value}\n")
+    (ctx["code"] / "handoff_job.py").write_text(HANDOFF_JOB)
+    return subprocess.Popen([sys.executable, "handoff_job.py", str(ctx["tmp"] / "runs"), name,
+                             str(ctx["tmp"] / f"{name}.started"), str(hold_s)], cwd=ctx["code"],
+                            env={**ctx["env"], **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _handoff_result(proc: subprocess.Popen) -> tuple[dict, str, str]:
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    line = next(line for line in out.splitlines() if line.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):]), out, err
+
+
+def test_a_fit_in_a_process_without_ray_runs_in_the_spare_driver(warm_env):
+    """The user's process hands its run to the spare: it never imports Ray, its environment and
+    directory reach the workers, what the run prints comes on its stdout between its own lines,
+    errors come back as raised; the spare ends after the run, and the keeper starts a new one."""
+    up = _cli(warm_env, "up", "--idle-timeout", "0", "--prewarm", "none", "--spares", "0", "--json")
+    assert up.returncode == 0, up.stderr
+    spare = _spare_driver(warm_env)
+    result, out, err = _handoff_result(_handoff_job(warm_env, "handed", 1, env={"USER_SETTING": "mine"}))
+    assert result == {"value": 1, "setting": "mine", "ray_imported": False}
+    assert out.index("BEFORE FIT") < out.index("RANK ZERO LINE") < out.index("RESULT "), out
+    assert "trainkit run handed: finished" in err
+    assert _wait_gone([spare], 60) == []
+
+    spare = _spare_driver(warm_env, but=spare.pid)  # the user's module edited between the runs
+    assert _handoff_result(_handoff_job(warm_env, "again", 2))[0] == {"value": 2, "setting": "", "ray_imported": False}
+
+    _spare_driver(warm_env, but=spare.pid)  # storage that cannot be used: raised in the user's process
+    (warm_env["tmp"] / "runs" / "a-file").write_text("")
+    (warm_env["code"] / "handoff_job.py").write_text(HANDOFF_JOB.replace("storage_path=sys.argv[1]",
+                                                                         "storage_path=sys.argv[1] + '/a-file'"))
+    proc = subprocess.run([sys.executable, "handoff_job.py", str(warm_env["tmp"] / "runs"), "bad", "/dev/null", "0"],
+                          cwd=warm_env["code"], env=warm_env["env"], capture_output=True, text=True, timeout=300)
+    result = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
+    assert result["error"] == "StorageError" and "a-file" in result["message"] and not result["ray_imported"], result
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_a_stop_signal_to_the_users_process_stops_the_handed_off_run(warm_env, signum):
+    """Ctrl-C or SIGTERM reach the spare running the run, which stops it as a driver of its own
+    would (the run interrupted, one line, 128 + the signal); SIGKILL of the user's process ends the
+    spare and with it the run's workers."""
+    up = _cli(warm_env, "up", "--idle-timeout", "0", "--prewarm", "none", "--spares", "0", "--json")
+    assert up.returncode == 0, up.stderr
+    spare = _spare_driver(warm_env)
+    proc = _handoff_job(warm_env, "stopped", hold_s=600)
+    started = warm_env["tmp"] / "stopped.started"
+    deadline = time.monotonic() + 300
+    while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert started.exists(), proc.communicate()
+    workers = [child for child in psutil.Process(json.loads(up.stdout)["processes"]["raylet"][0]).children()
+               if "Worker" in " ".join(child.cmdline())]
+    assert workers
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == (-signal.SIGKILL if signum == signal.SIGKILL else 128 + signum), out + err
+    if signum != signal.SIGKILL:
+        assert "trainkit: run 'stopped' interrupted" in err, err
+        state = json.loads((warm_env["tmp"] / "runs" / "stopped" / "run_state.json").read_text())
+        assert state["status"] == "interrupted"
+    assert _wait_gone([spare, *workers], 60) == []
+
+
+def test_a_spare_driver_that_cannot_be_the_users_declines_and_the_fit_runs_here(warm_env):
+    """A Ray setting the spare did not import Ray with: it declines before running anything, the
+    fit attaches to the warm cluster from the user's process as before, and the keeper replaces it."""
+    up = _cli(warm_env, "up", "--idle-timeout", "0", "--prewarm", "none", "--spares", "0", "--json")
+    assert up.returncode == 0, up.stderr
+    spare = _spare_driver(warm_env)
+    result, _, _ = _handoff_result(_handoff_job(warm_env, "declined", 3, env={"RAY_DEDUP_LOGS": "0"}))
+    assert result == {"value": 3, "setting": "", "ray_imported": True}
+    assert _wait_gone([spare], 60) == []
+    _spare_driver(warm_env, but=spare.pid)
