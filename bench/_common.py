@@ -153,9 +153,10 @@ class WarmCluster:
         return {"total_mib": sum(rss.values()), "processes": len(rss), "per_process_mib": rss}
 
     def settle(self, quiet_s: float = 2.0, timeout_s: float = 60.0) -> None:
-        """Wait until the warm cluster has its spare workers again and its processes used no CPU for
-        ``quiet_s`` (the new spares imported their framework), so that the next side runs on a quiet
-        machine too. Its keeper starts new spares up to a second after a run took them: hence 2 s."""
+        """Wait until the warm cluster has its spare workers and its spare driver again and its
+        processes used no CPU for ``quiet_s`` (the new spares imported their framework), so that the
+        next side runs on a quiet machine too. Its keeper starts new spares up to a second after a
+        run took them: hence 2 s."""
         import psutil
 
         keeper = psutil.Process(self.record["keeper_pid"])
@@ -170,7 +171,8 @@ class WarmCluster:
                     pass
             return found
 
-        while spares() < self.record.get("spares", 0) and time.monotonic() < deadline:
+        driver = os.path.join(self.tmp, f"trainkit-{os.getuid()}", "driver.sock")  # listening: loaded
+        while (spares() < self.record.get("spares", 0) or not os.path.exists(driver)) and time.monotonic() < deadline:
             time.sleep(0.1)
 
         def cpu() -> float:
