@@ -49,3 +49,22 @@ def test_the_failures_trainkit_names_are_an_enum_that_reads_as_its_string():
     assert json.loads(strict_json.dumps({"type": FailureKind.WORKER_HUNG})) == {"type": "WorkerHung"}
     info = trainkit.PreemptionInfo(deadline_ms=None, preempted_node_to_ranks={"node": [1]})
     assert trainkit.errors.PreemptionError(info).error_type is FailureKind.PREEMPTED
+
+
+def test_the_errors_a_run_ends_with_survive_a_pickle():
+    """A fit() handed to the warm cluster's spare driver gets its error back pickled, as a rank's
+    reaches the driver: type, message and details intact."""
+    import pickle
+
+    info = trainkit.PreemptionInfo(deadline_ms=5, preempted_node_to_ranks={"node": [1]})
+    for error in (trainkit.errors.TrainingFailedError("boom", rank=1, error_type="ValueError", worker_traceback="tb"),
+                  trainkit.errors.WorkerGroupError("boom", {1: ValueError("bad batch")}, rank=1),
+                  trainkit.errors.ControllerError("boom", OSError("disk")),
+                  trainkit.errors.PreemptionError(info, True, {1: ValueError("x")}),
+                  trainkit.errors.ScriptExitError("train.py", 5),
+                  trainkit.errors.StorageError("write", "/runs/x", OSError(28, "No space left"))):
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is type(error) and str(copy) == str(error), error
+        details = {k: v for k, v in vars(error).items() if not isinstance(v, (dict, BaseException))}
+        assert {k: v for k, v in vars(copy).items() if k in details} == details, error
+    assert pickle.loads(pickle.dumps(trainkit.errors.PreemptionError(info))).preemption_info == info

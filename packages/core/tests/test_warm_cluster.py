@@ -617,10 +617,14 @@ def test_a_pip_install_during_a_launch_retires_the_fork_server_and_spares_the_ru
 
 # -- a fit() handed to the keeper's spare driver (driver/handoff.py) --------------------------------
 HANDOFF_JOB = textwrap.dedent('''
-    import json, os, sys, time
+    import dataclasses, json, os, sys, time
     import trainkit
 
     MARK, HOLD_S = sys.argv[3], float(sys.argv[4])
+
+    @dataclasses.dataclass
+    class Out:
+        value: int
 
     def train_fn():
         import usermod
@@ -630,13 +634,15 @@ HANDOFF_JOB = textwrap.dedent('''
             print("RANK ZERO LINE", flush=True)
             open(MARK, "w").close()
         time.sleep(HOLD_S)
+        return Out(usermod.VALUE)
 
     print("BEFORE FIT", flush=True)
     try:
         result = trainkit.DataParallelTrainer(
             train_fn, scaling_config=trainkit.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
             run_config=trainkit.RunConfig(name=sys.argv[2], storage_path=sys.argv[1])).fit()
-        out = {"value": result.metrics["value"], "setting": result.metrics["setting"]}
+        out = {"value": result.metrics["value"], "setting": result.metrics["setting"],
+               "returned": result.return_value == Out(result.metrics["value"])}  # the script's class
     except Exception as exc:
         out = {"error": type(exc).__name__, "message": str(exc)}
     print("RESULT " + json.dumps({**out, "ray_imported": "ray" in sys.modules}), flush=True)
@@ -682,13 +688,17 @@ def test_a_fit_in_a_process_without_ray_runs_in_the_spare_driver(warm_env):
     assert up.returncode == 0, up.stderr
     spare = _spare_driver(warm_env)
     result, out, err = _handoff_result(_handoff_job(warm_env, "handed", 1, env={"USER_SETTING": "mine"}))
-    assert result == {"value": 1, "setting": "mine", "ray_imported": False}
+    assert result == {"value": 1, "setting": "mine", "returned": True, "ray_imported": False}
     assert out.index("BEFORE FIT") < out.index("RANK ZERO LINE") < out.index("RESULT "), out
     assert "trainkit run handed: finished" in err
-    assert _wait_gone([spare], 60) == []
+    deadline = time.monotonic() + 60  # ended, and reaped by the keeper (no zombie left while the next spare waits)
+    while psutil.pid_exists(spare.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not psutil.pid_exists(spare.pid), spare
 
     spare = _spare_driver(warm_env, but=spare.pid)  # the user's module edited between the runs
-    assert _handoff_result(_handoff_job(warm_env, "again", 2))[0] == {"value": 2, "setting": "", "ray_imported": False}
+    assert _handoff_result(_handoff_job(warm_env, "again", 2))[0] == {"value": 2, "setting": "", "returned": True,
+                                                                      "ray_imported": False}
 
     _spare_driver(warm_env, but=spare.pid)  # storage that cannot be used: raised in the user's process
     (warm_env["tmp"] / "runs" / "a-file").write_text("")
@@ -734,6 +744,6 @@ def test_a_spare_driver_that_cannot_be_the_users_declines_and_the_fit_runs_here(
     assert up.returncode == 0, up.stderr
     spare = _spare_driver(warm_env)
     result, _, _ = _handoff_result(_handoff_job(warm_env, "declined", 3, env={"RAY_DEDUP_LOGS": "0"}))
-    assert result == {"value": 3, "setting": "", "ray_imported": True}
+    assert result == {"value": 3, "setting": "", "returned": True, "ray_imported": True}
     assert _wait_gone([spare], 60) == []
     _spare_driver(warm_env, but=spare.pid)

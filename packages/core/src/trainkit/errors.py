@@ -103,6 +103,9 @@ class PreemptionError(TrainingFailedError):
         self.drain_timed_out = drain_timed_out
         self.worker_failures = dict(worker_failures or {})
 
+    def __reduce__(self) -> tuple:  # survives a pickle (the warm cluster's spare driver sends it back)
+        return PreemptionError, (self.preemption_info, self.drain_timed_out, self.worker_failures), self.__dict__
+
 
 # -- raised before or outside an attempt --
 

@@ -494,7 +494,7 @@ def default_signals() -> None:
             pass
 
 
-def _fresh_signals() -> None:
+def fresh_signals() -> None:
     """A fresh interpreter's signal state: a shell's, then what Python's start sets."""
     default_signals()
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -624,7 +624,7 @@ def _main(argv: list[str]) -> None:
     import importlib
 
     address, keeper, modules = argv[0], int(argv[1]), argv[2:]
-    _fresh_signals()
+    fresh_signals()
     die_with_parent()
     if os.getppid() != keeper:
         return  # the keeper died before the line above

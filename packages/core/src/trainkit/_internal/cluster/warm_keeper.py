@@ -144,37 +144,50 @@ class _ForkServer:
 
 class _SpareDriver:
     """A driver process ready for the next ``fit()`` to hand its run to (``driver/handoff.py``): one
-    at a time, a new one started (while no run is going) once it was taken or ended. A taken one is
-    the user's driver: it is left to end with its run."""
+    at a time, a new one started (while no run is going) once it was taken or ended. A taken one
+    (its socket renamed: ``handoff.taken_marker``) is the user's driver: it is left to end with its
+    run, also when the keeper stops."""
+
+    RESTART_AFTER_S = 10.0  # as the fork server's: a spare that cannot start costs little
 
     def __init__(self, env: dict[str, str]) -> None:
         self.address = str(ray_runtime.private_dir() / "driver.sock")  # handoff.SOCKET
         self.env = env  # the keeper's as it started: the spare imports Ray with what a driver would have
+        self.usable = len(f"{self.address}.taken.{2**22}".encode()) < 108  # a Unix socket's path is short
         self._proc: subprocess.Popen | None = None
-        self._listened = False
         self._taken: list[subprocess.Popen] = []
+        self._failed = -self.RESTART_AFTER_S  # when the last one ended untaken (it could not start, or declined)
+        for marker in ray_runtime.private_dir().glob("driver.sock.taken.*"):  # a dead keeper's spares'
+            marker.unlink(missing_ok=True)
+
+    def _is_taken(self, proc: subprocess.Popen) -> bool:
+        return os.path.exists(f"{self.address}.taken.{proc.pid}")
 
     def keep(self, start_new: bool = True) -> None:
-        self._taken = [proc for proc in self._taken if proc.poll() is None]
-        if self._proc is not None and self._proc.poll() is None:
-            if os.path.exists(self.address):
-                self._listened = True
-                return
-            if not self._listened:
-                return  # still loading
-            self._taken.append(self._proc)
+        for proc in self._taken:
+            if proc.poll() is not None:  # ended with its run: reaped, its marker removed
+                with contextlib.suppress(OSError):
+                    os.unlink(f"{self.address}.taken.{proc.pid}")
+        self._taken = [proc for proc in self._taken if proc.returncode is None]
+        if self._proc is not None:
+            if self._proc.poll() is None and not self._is_taken(self._proc):
+                return  # loading, or listening
+            if self._is_taken(self._proc):
+                self._taken.append(self._proc)
+            else:
+                self._failed = time.monotonic()
             self._proc = None
-        if start_new:
-            self._proc = subprocess.Popen([sys.executable, "-m", "trainkit._internal.driver.handoff", self.address,
-                                           str(os.getpid())],
-                                          stdin=subprocess.DEVNULL, cwd="/", env=self.env)
-            self._listened = False
+        if start_new and self.usable and time.monotonic() - self._failed >= self.RESTART_AFTER_S:
+            try:
+                self._proc = subprocess.Popen([sys.executable, "-m", "trainkit._internal.driver.handoff",
+                                               self.address, str(os.getpid())],
+                                              stdin=subprocess.DEVNULL, cwd="/", env=self.env)
+            except OSError as exc:  # (a busy machine: tried again later; fits meanwhile run in their own process)
+                print(f"trainkit warm cluster: cannot start the spare driver: {exc}", flush=True)
 
     def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None and not os.path.exists(self.address) \
-                and self._listened:
-            self._taken.append(self._proc)  # taken since the last look
-        elif self._proc is not None:
+        """Stop the spare unless it was taken (the idle stop calls this once no driver can take it)."""
+        if self._proc is not None and self._proc.poll() is None and not self._is_taken(self._proc):
             self._proc.kill()
             self._proc.wait()
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.machinery
+import logging
 import os
 import pickle
 import signal
@@ -32,10 +33,12 @@ import struct
 import sys
 import threading
 import traceback
+import warnings
 from typing import Any, Iterator
 
 from trainkit._internal.cluster import warm
-from trainkit._internal.cluster.forkserver import default_signals, die_with_parent, site_dirs
+from trainkit._internal.class_ids import share_class_ids
+from trainkit._internal.cluster.forkserver import die_with_parent, fresh_signals, site_dirs
 from trainkit._internal.cluster.userdir import private_dir
 from trainkit._internal.driver.signals import STOP_SIGNALS
 from trainkit.result import Result
@@ -64,20 +67,19 @@ def address() -> str:
 def hand_off(controller_args: dict[str, Any]) -> Result | None:
     """Run ``Controller(**controller_args).run()`` in the warm cluster's spare driver; its
     ``Result``, or None when the run was not handed off (run it here)."""
-    run_config, datasets = controller_args["run_config"], controller_args["datasets"]
-    if "ray" in sys.modules or threading.current_thread() is not threading.main_thread() \
-            or run_config.callbacks or datasets.datasets or controller_args["validation_config"] is not None:
+    if _stays_here(controller_args):
         return None
     try:
         import cloudpickle
 
         blobs = {name: cloudpickle.dumps(controller_args[name]) for name in ("train_fn", "train_loop_config")}
         rest = cloudpickle.dumps({k: v for k, v in controller_args.items() if k not in blobs})
+        warning_filters = cloudpickle.dumps(warnings.filters)
         stdio = [os.dup(fd) for fd in (0, 1, 2)]
     except Exception:  # noqa: BLE001 - not picklable (the run's own check says why), or no stdio
         return None
     try:
-        conn = _started(blobs, rest, stdio)
+        conn = _started(blobs, rest, warning_filters, stdio)
     finally:
         for fd in stdio:
             os.close(fd)
@@ -85,12 +87,17 @@ def hand_off(controller_args: dict[str, Any]) -> Result | None:
         return None
     with conn, _forwarded(conn):
         reply = _receive_frame(conn)
+    run = controller_args["run_config"].name or controller_args["default_name"]
     if reply is None:
-        raise RuntimeError("the warm cluster's driver running this fit() ended without its result (killed, or "
-                           "the warm cluster stopped); the run's state is in its storage path")
+        raise RuntimeError(f"the warm cluster's driver running this fit() (run {run!r}) ended without its result "
+                           "(killed, or the warm cluster stopped); `trainkit show` has where the run stands")
     kind, data = reply
     if kind == RESULT:
-        return pickle.loads(data)
+        try:
+            return pickle.loads(data)
+        except Exception as exc:  # noqa: BLE001 - e.g. a return value of a class this process cannot import
+            raise RuntimeError(f"run {run!r} ended in the warm cluster's driver, but its Result cannot be loaded "
+                               f"here: {exc!r}; `trainkit show` has it") from None
     if kind == EXITED:
         raise SystemExit(pickle.loads(data))
     blob, where = pickle.loads(data)
@@ -103,14 +110,41 @@ def hand_off(controller_args: dict[str, Any]) -> Result | None:
     raise error
 
 
-def _started(blobs: dict[str, bytes], rest: bytes, stdio: list[int]) -> socket.socket | None:
+def _stays_here(controller_args: dict[str, Any]) -> bool:
+    """The run cannot be handed off: something of it lives in this process (module docstring)."""
+    from trainkit._internal.tools.launch import LaunchConfig
+
+    try:
+        own_stdio = all(stream is original and stream.fileno() == fd for stream, original, fd in
+                        ((sys.stdin, sys.__stdin__, 0), (sys.stdout, sys.__stdout__, 1), (sys.stderr, sys.__stderr__, 2)))
+    except (AttributeError, ValueError, OSError):  # None, closed, or not a file
+        own_stdio = False
+    own_handlers = any(signal.getsignal(signum) not in (signal.SIG_DFL, signal.SIG_IGN, signal.default_int_handler)
+                       for signum in STOP_SIGNALS)
+    return "ray" in sys.modules or threading.current_thread() is not threading.main_thread() or not own_stdio \
+        or own_handlers or logging.getLogger("trainkit").hasHandlers() \
+        or isinstance(controller_args["backend_config"], LaunchConfig) or controller_args["run_config"].callbacks \
+        or controller_args["datasets"].datasets or controller_args["validation_config"] is not None
+
+
+def _umask() -> int | None:
+    """This process's umask, read without changing it (another thread may be creating a file)."""
+    try:
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1], 8) for line in status if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+
+
+def _started(blobs: dict[str, bytes], rest: bytes, warning_filters: bytes, stdio: list[int]) -> socket.socket | None:
     """The connection to the spare once it started the run; None when it did not."""
     request = pickle.dumps({"executable": sys.executable, "cwd": os.getcwd(), "env": dict(os.environ),
-                            "sys_path": list(sys.path), "argv": list(sys.argv), **blobs, "rest": rest})
+                            "sys_path": list(sys.path), "argv": list(sys.argv), "umask": _umask(),
+                            "warnings": warning_filters, **blobs, "rest": rest})
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    # shared from the look at the warm cluster's record until the spare touched its used-file
-    with warm.attach_lock():
-        try:
+    try:
+        # shared from the look at the warm cluster's record until the spare touched its used-file
+        with warm.attach_lock():
             if warm.attachable(quiet=True) is None:
                 raise OSError("no warm cluster")
             conn.connect(address())
@@ -120,8 +154,11 @@ def _started(blobs: dict[str, bytes], rest: bytes, stdio: list[int]) -> socket.s
             sent = socket.send_fds(conn, [frame], stdio)
             conn.sendall(frame[sent:])
             reply = _receive_frame(conn)
-        except OSError:
-            reply = None
+    except OSError:
+        reply = None
+    except BaseException:  # Ctrl-C meanwhile: the spare, if it started, ends with the connection
+        conn.close()
+        raise
     if reply is None or reply[0] != STARTED:
         conn.close()
         return None
@@ -178,6 +215,7 @@ def serve(path: str, keeper_pid: int) -> None:
     from trainkit._internal.plugins import get_plugins
 
     get_plugins()
+    share_class_ids()  # a class of the user's sent back is the user's class again (class_ids.py)
     loaded_site = site_dirs()
     added_path = [entry for entry in sys.path if entry not in started_path]  # Ray's vendored packages
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -192,8 +230,8 @@ def serve(path: str, keeper_pid: int) -> None:
     inode = os.stat(path).st_ino
     conn, _ = listener.accept()
     with contextlib.suppress(OSError):
-        if os.stat(path).st_ino == inode:
-            os.unlink(path)  # taken: the next fit() finds the keeper's next spare, or none
+        if os.stat(path).st_ino == inode:  # taken: the next fit() finds the keeper's next spare, or none
+            os.rename(path, taken_marker(path, os.getpid()))  # and the keeper leaves this process alone
     listener.close()  # drivers queued behind this one are refused: they run their fits themselves
     fds: list[int] = []
     request = _receive_frame(conn, fds)
@@ -201,14 +239,16 @@ def serve(path: str, keeper_pid: int) -> None:
         return
     request = pickle.loads(request[1])
     request["sys_path"] = added_path + [entry for entry in request["sys_path"] if entry not in added_path]
-    why = _refusal(request, loaded_site, started_env)
-    if why is None:
-        try:
+    try:
+        os.chdir(request["cwd"])
+        why = _refusal(request, loaded_site, started_env)
+        if why is None:
             sys.path[:] = request["sys_path"]  # what the user's modules unpickle from
-            os.chdir(request["cwd"])
             args = pickle.loads(request["rest"])
-        except Exception as exc:  # noqa: BLE001 - the user's process runs it and says what fails
-            why = f"cannot load the run here: {exc!r}"
+            warnings.filters[:] = pickle.loads(request["warnings"])
+            warnings._filters_mutated()  # (the cache Python keeps of them)
+    except Exception as exc:  # noqa: BLE001 - the user's process runs it and says what fails
+        why = f"cannot load the run here: {exc!r}"
     if why is not None:
         _send_frame(conn, DECLINED, why.encode())
         return
@@ -230,13 +270,12 @@ def serve(path: str, keeper_pid: int) -> None:
         reply = RAISED, pickle.dumps((blob, traceback.format_exc()))
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
-    devnull = os.open(os.devnull, os.O_RDWR)
     replied.set()
-    try:
+    with contextlib.suppress(OSError):
         _send_frame(conn, *reply)
-    finally:
-        for fd in (0, 1, 2):  # nothing of Ray's exit reaches the user's terminal after fit() returned
-            os.dup2(devnull, fd)
+    # Nothing of Ray's exit (a fixed 0.27 s; stuck on a cluster that is gone) after the reply: Ray
+    # sees this driver's end as any driver's, and the run left nothing behind.
+    os._exit(0)
 
 
 def _dumps(obj: Any) -> bytes:
@@ -280,7 +319,7 @@ def _refusal(request: dict, loaded_site: dict, started_env: dict[str, str]) -> s
         return "site-packages changed since the spare driver loaded"
     env = request["env"]
     for key in sorted({*env, *started_env}):
-        if key.startswith("RAY_") and env.get(key) != started_env.get(key):
+        if key.startswith(_LOADED_WITH) and env.get(key) != started_env.get(key):
             return f"{key} differs from the spare driver's"
     for name, module in list(sys.modules.items()):
         origin = getattr(getattr(module, "__spec__", None), "origin", None)
@@ -292,6 +331,16 @@ def _refusal(request: dict, loaded_site: dict, started_env: dict[str, str]) -> s
     return None
 
 
+# what the spare imported Ray and loaded the plugins with (plugins.py)
+_LOADED_WITH = ("RAY_", "TRAINKIT_PLUGINS", "TRAINKIT_DISABLED_PLUGINS", "TRAINKIT_DISABLE_PLUGIN_AUTOLOAD")
+
+
+def taken_marker(path: str, pid: int) -> str:
+    """The name the spare ``pid`` gives its socket once taken: the keeper then leaves it alone (and
+    removes it once the spare ended)."""
+    return f"{path}.taken.{pid}"
+
+
 def _become_the_users(request: dict, fds: list[int]) -> None:
     """This process takes the user's stdio, environment and arguments (its directory and
     ``sys.path`` it already took); it stays in the keeper's session, outside the terminal's
@@ -301,10 +350,12 @@ def _become_the_users(request: dict, fds: list[int]) -> None:
         os.close(theirs)
     sys.stdin = open(0, closefd=False)  # noqa: SIM115 - this process's stdio from now on
     sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
-    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)  # noqa: SIM115
     os.environ.clear()
     os.environ.update(request["env"])
     sys.argv[:] = request["argv"]
+    if request["umask"] is not None:
+        os.umask(request["umask"])
     die_with_parent_off()
 
 
@@ -327,5 +378,5 @@ def _end_with_the_users_process(conn: socket.socket, replied: threading.Event) -
 
 
 if __name__ == "__main__":
-    default_signals()
+    fresh_signals()
     serve(sys.argv[1], int(sys.argv[2]))

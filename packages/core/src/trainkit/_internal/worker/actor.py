@@ -17,6 +17,7 @@ import time
 import traceback
 from typing import Any, Callable
 
+from trainkit._internal.class_ids import share_class_ids
 from trainkit._internal.cluster import forkserver
 from trainkit._internal.storage.run_storage import RunStorage
 from trainkit._internal.worker import preemption
@@ -97,6 +98,7 @@ class Worker:
     """One rank. Ray runs it as a threaded actor so ``poll`` answers while training runs."""
 
     def __init__(self, prewarm_modules: tuple[str, ...] = ()) -> None:
+        share_class_ids()  # a handed-off fit's classes come back as the user's (class_ids.py)
         self._import_s: float | None = None  # how long the prewarm imports took, once done
         self._site_dirs = forkserver.site_dirs()  # before the prewarm imports: a spare is stale once they change
         self._prewarm: threading.Thread | None = None
