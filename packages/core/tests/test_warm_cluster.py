@@ -636,6 +636,17 @@ HANDOFF_JOB = textwrap.dedent('''
         time.sleep(HOLD_S)
         return Out(usermod.VALUE)
 
+    class Copy:  # a script's own sys.stdout (a tee, a capture): what the run prints goes through it
+        def __init__(self, stream):
+            self.stream, self.seen = stream, []
+        def write(self, text):
+            self.seen.append(text)
+            return self.stream.write(text)
+        def __getattr__(self, name):
+            return getattr(self.stream, name)
+
+    if os.environ.get("COPY_STDOUT"):
+        sys.stdout = Copy(sys.stdout)
     print("BEFORE FIT", flush=True)
     try:
         result = trainkit.DataParallelTrainer(
@@ -645,6 +656,8 @@ HANDOFF_JOB = textwrap.dedent('''
                "returned": result.return_value == Out(result.metrics["value"])}  # the script's class
     except Exception as exc:
         out = {"error": type(exc).__name__, "message": str(exc)}
+    if isinstance(sys.stdout, Copy):
+        out["copied"] = "RANK ZERO LINE" in "".join(sys.stdout.seen)
     print("RESULT " + json.dumps({**out, "ray_imported": "ray" in sys.modules}), flush=True)
 ''')
 
@@ -746,4 +759,8 @@ def test_a_spare_driver_that_cannot_be_the_users_declines_and_the_fit_runs_here(
     result, _, _ = _handoff_result(_handoff_job(warm_env, "declined", 3, env={"RAY_DEDUP_LOGS": "0"}))
     assert result == {"value": 3, "setting": "", "returned": True, "ray_imported": True}
     assert _wait_gone([spare], 60) == []
-    _spare_driver(warm_env, but=spare.pid)
+    spare = _spare_driver(warm_env, but=spare.pid)
+    # a script's own sys.stdout: not handed off (the spare would write around it), and the spare stays
+    result, _, _ = _handoff_result(_handoff_job(warm_env, "copied", 4, env={"COPY_STDOUT": "1"}))
+    assert result == {"value": 4, "setting": "", "returned": True, "copied": True, "ray_imported": True}
+    assert spare.is_running() and spare.status() != psutil.STATUS_ZOMBIE
