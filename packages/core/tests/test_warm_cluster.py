@@ -510,20 +510,26 @@ LAUNCHED = textwrap.dedent('''
 ''')
 
 
-def _fork_server(ctx, record: dict, timeout_s: float = 120) -> psutil.Process:
-    """The keeper's fork server, once it listens (a launch before that starts its ranks as fresh processes)."""
+def _listening(ctx, record: dict, module: str, socket: str, but: int | None = None,
+               timeout_s: float = 120) -> psutil.Process:
+    """The keeper's child process running ``module`` (another than pid ``but``), once ``socket``
+    in the private dir is there (it listens)."""
     keeper = psutil.Process(record["keeper_pid"])
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for proc in keeper.children():
             try:
-                if "trainkit._internal.cluster.forkserver" in proc.cmdline() and \
-                        (ctx["private"] / "forkserver.sock").exists():
+                if module in proc.cmdline() and proc.pid != but and (ctx["private"] / socket).exists():
                     return proc
             except psutil.Error:
                 pass
         time.sleep(0.1)
-    raise AssertionError("the keeper started no fork server")
+    raise AssertionError(f"the keeper started no {module}")
+
+
+def _fork_server(ctx, record: dict, timeout_s: float = 120) -> psutil.Process:
+    """The keeper's fork server, once it listens (a launch before that starts its ranks as fresh processes)."""
+    return _listening(ctx, record, "trainkit._internal.cluster.forkserver", "forkserver.sock", timeout_s=timeout_s)
 
 
 def test_launch_forks_each_rank_from_the_fork_server_and_sees_edits(warm_env):
@@ -662,20 +668,9 @@ HANDOFF_JOB = textwrap.dedent('''
 ''')
 
 
-def _spare_driver(ctx, but: int | None = None, timeout_s: float = 120) -> psutil.Process:
+def _spare_driver(ctx, up: subprocess.CompletedProcess, but: int | None = None) -> psutil.Process:
     """The keeper's spare driver once it listens (another than pid ``but``)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for keeper in _keepers(ctx):
-            for proc in keeper.children():
-                try:
-                    if "trainkit._internal.driver.handoff" in proc.cmdline() and proc.pid != but and \
-                            (ctx["private"] / "driver.sock").exists():
-                        return proc
-                except psutil.Error:
-                    pass
-        time.sleep(0.1)
-    raise AssertionError("the keeper started no spare driver")
+    return _listening(ctx, json.loads(up.stdout), "trainkit._internal.driver.handoff", "driver.sock", but)
 
 
 def _handoff_job(ctx, name: str, value: int = 1, hold_s: float = 0, env: dict | None = None) -> subprocess.Popen:
@@ -699,7 +694,7 @@ def test_a_fit_in_a_process_without_ray_runs_in_the_spare_driver(warm_env):
     errors come back as raised; the spare ends after the run, and the keeper starts a new one."""
     up = _cli(warm_env, "up", "--idle-timeout", "0", "--prewarm", "none", "--spares", "0", "--json")
     assert up.returncode == 0, up.stderr
-    spare = _spare_driver(warm_env)
+    spare = _spare_driver(warm_env, up)
     result, out, err = _handoff_result(_handoff_job(warm_env, "handed", 1, env={"USER_SETTING": "mine"}))
     assert result == {"value": 1, "setting": "mine", "returned": True, "ray_imported": False}
     assert out.index("BEFORE FIT") < out.index("RANK ZERO LINE") < out.index("RESULT "), out
@@ -709,11 +704,11 @@ def test_a_fit_in_a_process_without_ray_runs_in_the_spare_driver(warm_env):
         time.sleep(0.1)
     assert not psutil.pid_exists(spare.pid), spare
 
-    spare = _spare_driver(warm_env, but=spare.pid)  # the user's module edited between the runs
+    spare = _spare_driver(warm_env, up, but=spare.pid)  # the user's module edited between the runs
     assert _handoff_result(_handoff_job(warm_env, "again", 2))[0] == {"value": 2, "setting": "", "returned": True,
                                                                       "ray_imported": False}
 
-    _spare_driver(warm_env, but=spare.pid)  # storage that cannot be used: raised in the user's process
+    _spare_driver(warm_env, up, but=spare.pid)  # storage that cannot be used: raised in the user's process
     (warm_env["tmp"] / "runs" / "a-file").write_text("")
     (warm_env["code"] / "handoff_job.py").write_text(HANDOFF_JOB.replace("storage_path=sys.argv[1]",
                                                                          "storage_path=sys.argv[1] + '/a-file'"))
@@ -730,7 +725,7 @@ def test_a_stop_signal_to_the_users_process_stops_the_handed_off_run(warm_env, s
     spare and with it the run's workers."""
     up = _cli(warm_env, "up", "--idle-timeout", "0", "--prewarm", "none", "--spares", "0", "--json")
     assert up.returncode == 0, up.stderr
-    spare = _spare_driver(warm_env)
+    spare = _spare_driver(warm_env, up)
     proc = _handoff_job(warm_env, "stopped", hold_s=600)
     started = warm_env["tmp"] / "stopped.started"
     deadline = time.monotonic() + 300
@@ -755,11 +750,11 @@ def test_a_spare_driver_that_cannot_be_the_users_declines_and_the_fit_runs_here(
     fit attaches to the warm cluster from the user's process as before, and the keeper replaces it."""
     up = _cli(warm_env, "up", "--idle-timeout", "0", "--prewarm", "none", "--spares", "0", "--json")
     assert up.returncode == 0, up.stderr
-    spare = _spare_driver(warm_env)
+    spare = _spare_driver(warm_env, up)
     result, _, _ = _handoff_result(_handoff_job(warm_env, "declined", 3, env={"RAY_DEDUP_LOGS": "0"}))
     assert result == {"value": 3, "setting": "", "returned": True, "ray_imported": True}
     assert _wait_gone([spare], 60) == []
-    spare = _spare_driver(warm_env, but=spare.pid)
+    spare = _spare_driver(warm_env, up, but=spare.pid)
     # a script's own sys.stdout: not handed off (the spare would write around it), and the spare stays
     result, _, _ = _handoff_result(_handoff_job(warm_env, "copied", 4, env={"COPY_STDOUT": "1"}))
     assert result == {"value": 4, "setting": "", "returned": True, "copied": True, "ray_imported": True}

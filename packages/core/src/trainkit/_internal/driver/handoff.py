@@ -74,7 +74,8 @@ def hand_off(controller_args: dict[str, Any]) -> Result | None:
 
         blobs = {name: cloudpickle.dumps(controller_args[name]) for name in ("train_fn", "train_loop_config")}
         rest = cloudpickle.dumps({k: v for k, v in controller_args.items() if k not in blobs})
-        warning_filters = cloudpickle.dumps(warnings.filters)
+        warning_filters = pickle.dumps([(action, message, (category.__module__, category.__qualname__), module, line)
+                                        for action, message, category, module, line in warnings.filters])
         stdio = [os.dup(fd) for fd in (0, 1, 2)]
     except Exception:  # noqa: BLE001 - not picklable (the run's own check says why), or no stdio
         return None
@@ -245,7 +246,7 @@ def serve(path: str, keeper_pid: int) -> None:
         if why is None:
             sys.path[:] = request["sys_path"]  # what the user's modules unpickle from
             args = pickle.loads(request["rest"])
-            warnings.filters[:] = pickle.loads(request["warnings"])
+            warnings.filters[:] = _warning_filters(pickle.loads(request["warnings"]))
             warnings._filters_mutated()  # (the cache Python keeps of them)
     except Exception as exc:  # noqa: BLE001 - the user's process runs it and says what fails
         why = f"cannot load the run here: {exc!r}"
@@ -329,6 +330,19 @@ def _refusal(request: dict, loaded_site: dict, started_env: dict[str, str]) -> s
         if found is None or found.origin is None or os.path.realpath(found.origin) != os.path.realpath(origin):
             return f"the user's sys.path finds module {name!r} elsewhere"
     return None
+
+
+def _warning_filters(filters: list[tuple]) -> list[tuple]:
+    """The user's warning filters, each whose category this process has loaded: a category of a
+    module not loaded here (torch's) is never warned here, and loading it would import the module."""
+    loaded = []
+    for action, message, (module, qualname), pattern, line in filters:
+        category = sys.modules.get(module)
+        for name in qualname.split("."):
+            category = getattr(category, name, None)
+        if isinstance(category, type) and issubclass(category, Warning):
+            loaded.append((action, message, category, pattern, line))
+    return loaded
 
 
 # what the spare imported Ray and loaded the plugins with (plugins.py)
