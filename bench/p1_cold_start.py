@@ -43,7 +43,7 @@ def breakdown(launched: float, ended: float, profile: dict) -> dict[str, float]:
     phases = {"interpreter + import torch (the user's script)": profile["torch_imported"] - launched,
               "import trainkit, trainkit_torch": profile["imported"] - profile["torch_imported"],
               **{phase: fit.get(phase, 0.0) for phase in PHASES}}
-    phases["import ray (in fit; not on the warm cluster), rest of training, teardown"] = profile["fitted"] - profile["imported"] - sum(fit.get(p, 0.0) for p in PHASES)
+    phases["rest of fit (+ import ray unless handed off)"] = profile["fitted"] - profile["imported"] - sum(fit.get(p, 0.0) for p in PHASES)
     phases["process exit"] = ended - profile["fitted"]
     phases["(framework import on the workers, overlapped)"] = fit.get("framework_import", 0.0)
     return phases
