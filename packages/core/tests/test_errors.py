@@ -68,3 +68,6 @@ def test_the_errors_a_run_ends_with_survive_a_pickle():
         details = {k: v for k, v in vars(error).items() if not isinstance(v, (dict, BaseException))}
         assert {k: v for k, v in vars(copy).items() if k in details} == details, error
     assert pickle.loads(pickle.dumps(trainkit.errors.PreemptionError(info))).preemption_info == info
+    spent = trainkit.errors.PreemptionError(info)
+    spent.args = (f"{spent}; max_preemption_failures=0 spent",)  # as the driver words it when giving up
+    assert str(pickle.loads(pickle.dumps(spent))) == str(spent)

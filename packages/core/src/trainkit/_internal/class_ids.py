@@ -26,4 +26,4 @@ def share_class_ids() -> None:
             if ours is not theirs:
                 ours.update(theirs)
                 setattr(vendored, name, ours)
-    vendored._DYNAMIC_CLASS_TRACKER_LOCK = standalone._DYNAMIC_CLASS_TRACKER_LOCK
+        vendored._DYNAMIC_CLASS_TRACKER_LOCK = standalone._DYNAMIC_CLASS_TRACKER_LOCK

@@ -19,6 +19,7 @@ from trainkit._internal.cluster.warm import (DEFAULT_IDLE_TIMEOUT_S, KEEPER_ENV,
                                             live_record, load_env, read_record, remove_record, same_process, write_record)
 
 DEFAULT_SPARES = 4
+DECLINED_EXIT = 3  # handoff.DECLINED_EXIT: a spare driver that declined a run
 
 
 # -- the keeper -------------------------------------------------------------------------------------
@@ -164,19 +165,18 @@ class _SpareDriver:
         return os.path.exists(f"{self.address}.taken.{proc.pid}")
 
     def keep(self, start_new: bool = True) -> None:
+        if self._proc is not None and (self._proc.poll() is not None or self._is_taken(self._proc)):
+            self._taken.append(self._proc)  # taken (or ended: it could not start)
+            self._proc = None
         for proc in self._taken:
-            if proc.poll() is not None:  # ended with its run: reaped, its marker removed
+            if proc.poll() is not None:  # ended: reaped, its marker removed
+                if proc.returncode == DECLINED_EXIT or not self._is_taken(proc):
+                    self._failed = time.monotonic()  # the next one could fare no better at once
                 with contextlib.suppress(OSError):
                     os.unlink(f"{self.address}.taken.{proc.pid}")
         self._taken = [proc for proc in self._taken if proc.returncode is None]
         if self._proc is not None:
-            if self._proc.poll() is None and not self._is_taken(self._proc):
-                return  # loading, or listening
-            if self._is_taken(self._proc):
-                self._taken.append(self._proc)
-            else:
-                self._failed = time.monotonic()
-            self._proc = None
+            return  # loading, or listening
         if start_new and self.usable and time.monotonic() - self._failed >= self.RESTART_AFTER_S:
             try:
                 self._proc = subprocess.Popen([sys.executable, "-m", "trainkit._internal.driver.handoff",
@@ -321,12 +321,12 @@ def _stop_keeper(timeout_s: float) -> dict[str, Any] | None:
     except (KeyError, TypeError, ValueError):
         return None
     roots = {**recorded, keeper[0]: keeper[1]}
-    tree = watchdog.tree(roots)  # the keeper, the cluster and everything they started (workers, watchdog)
+    tree = _without_taken_drivers(watchdog.tree(roots))  # the keeper, the cluster and all they started
     if same_process(*keeper):
         os.kill(keeper[0], signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        tree.update(watchdog.tree(roots))
+        tree.update(_without_taken_drivers(watchdog.tree(roots)))
         if not any(same_process(pid, started) for pid, started in tree.items()):
             break
         time.sleep(0.05)
@@ -338,6 +338,15 @@ def _stop_keeper(timeout_s: float) -> dict[str, Any] | None:
                 pass
     remove_record(record)
     return record
+
+
+def _without_taken_drivers(tree: dict[int, str]) -> dict[int, str]:
+    """``tree`` less the spare drivers a ``fit()`` took: each is that run's driver, left to record
+    what became of its run (``ClusterDied``) and to end by itself, as a driver attached from its own
+    process is."""
+    taken = {int(marker.name.rpartition(".")[2]) for marker in ray_runtime.private_dir().glob("driver.sock.taken.*")
+             if marker.name.rpartition(".")[2].isdigit()}
+    return {pid: started for pid, started in tree.items() if pid not in taken}
 
 
 def _main(argv: list[str]) -> int:

@@ -44,6 +44,7 @@ from trainkit._internal.driver.signals import STOP_SIGNALS
 from trainkit.result import Result
 
 SOCKET = "driver.sock"
+DECLINED_EXIT = 3  # a spare's exit status once it declined a run (the keeper waits before the next)
 _FRAME = struct.Struct("!cQ")  # kind, length
 STARTED, DECLINED, RESULT, RAISED, EXITED = b"S", b"D", b"R", b"E", b"X"
 
@@ -80,13 +81,14 @@ def hand_off(controller_args: dict[str, Any]) -> Result | None:
     except Exception:  # noqa: BLE001 - not picklable (the run's own check says why), or no stdio
         return None
     try:
-        conn = _started(blobs, rest, warning_filters, stdio)
+        started = _started(blobs, rest, warning_filters, stdio)
     finally:
         for fd in stdio:
             os.close(fd)
-    if conn is None:
+    if started is None:
         return None
-    with conn, _forwarded(conn):
+    conn, pid = started
+    with conn, _forwarded(pid):
         reply = _receive_frame(conn)
     run = controller_args["run_config"].name or controller_args["default_name"]
     if reply is None:
@@ -106,8 +108,11 @@ def hand_off(controller_args: dict[str, Any]) -> Result | None:
         error = pickle.loads(blob)
     except Exception:  # noqa: BLE001 - not picklable, or not here: its traceback says what it was
         raise RuntimeError(f"fit() failed in the warm cluster's driver:\n{where}") from None
+    where = f"raised in the warm cluster's driver that ran this fit():\n{where}"
     if hasattr(error, "add_note"):  # Python 3.11+
-        error.add_note(f"raised in the warm cluster's driver that ran this fit():\n{where}")
+        error.add_note(where)
+    else:
+        print(where, file=sys.stderr, flush=True)
     raise error
 
 
@@ -137,10 +142,12 @@ def _umask() -> int | None:
         return None
 
 
-def _started(blobs: dict[str, bytes], rest: bytes, warning_filters: bytes, stdio: list[int]) -> socket.socket | None:
-    """The connection to the spare once it started the run; None when it did not."""
+def _started(blobs: dict[str, bytes], rest: bytes, warning_filters: bytes,
+             stdio: list[int]) -> tuple[socket.socket, int] | None:
+    """The connection to the spare once it started the run, and its pid; None when it did not."""
     request = pickle.dumps({"executable": sys.executable, "cwd": os.getcwd(), "env": dict(os.environ),
                             "sys_path": list(sys.path), "argv": list(sys.argv), "umask": _umask(),
+                            "streams": [(stream.encoding, stream.errors) for stream in (sys.stdin, sys.stdout, sys.stderr)],
                             "warnings": warning_filters, **blobs, "rest": rest})
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -163,13 +170,12 @@ def _started(blobs: dict[str, bytes], rest: bytes, warning_filters: bytes, stdio
     if reply is None or reply[0] != STARTED:
         conn.close()
         return None
-    return conn
+    return conn, int(reply[1])
 
 
 @contextlib.contextmanager
-def _forwarded(conn: socket.socket) -> Iterator[None]:
-    """This process's stop signals go to the spare (where their disposition is the default one)."""
-    pid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
+def _forwarded(pid: int) -> Iterator[None]:
+    """This process's stop signals go to the spare ``pid`` (where their disposition is the default one)."""
     previous = {}
     for signum in STOP_SIGNALS:
         if signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler):
@@ -188,18 +194,25 @@ def _send_frame(conn: socket.socket, kind: bytes, data: bytes = b"") -> None:
 def _receive_frame(conn: socket.socket, fds: list[int] | None = None) -> tuple[bytes, bytes] | None:
     """The next (kind, data); None when the connection ended first. With ``fds``, the file
     descriptors that came with it are appended there."""
-    data = b""
-    while len(data) < _FRAME.size or len(data) < _FRAME.size + _FRAME.unpack_from(data)[1]:
-        if fds is not None and not data:
-            chunk, received, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+    header = b""
+    while len(header) < _FRAME.size:
+        if fds is not None and not header:
+            chunk, received, _, _ = socket.recv_fds(conn, _FRAME.size, 3)
             fds += received
         else:
-            chunk = conn.recv(1 << 20)
+            chunk = conn.recv(_FRAME.size - len(header))
         if not chunk:
             return None
-        data += chunk
-    kind, length = _FRAME.unpack_from(data)
-    return kind, data[_FRAME.size:_FRAME.size + length]
+        header += chunk
+    kind, length = _FRAME.unpack(header)
+    data = bytearray(length)
+    view, got = memoryview(data), 0
+    while got < length:
+        count = conn.recv_into(view[got:])
+        if not count:
+            return None
+        got += count
+    return kind, bytes(data)
 
 
 # -- the spare driver -----------------------------------------------------------------------------
@@ -212,6 +225,7 @@ def serve(path: str, keeper_pid: int) -> None:
     import cloudpickle  # noqa: F401 - what unpickling the request needs
     import ray  # noqa: F401 - the 0.35 s the user's process saves
 
+    from trainkit._internal.cluster import ray_runtime
     from trainkit._internal.driver.controller import Controller
     from trainkit._internal.plugins import get_plugins
 
@@ -230,9 +244,12 @@ def serve(path: str, keeper_pid: int) -> None:
     os.replace(bound, path)  # found from now on
     inode = os.stat(path).st_ino
     conn, _ = listener.accept()
-    with contextlib.suppress(OSError):
-        if os.stat(path).st_ino == inode:  # taken: the next fit() finds the keeper's next spare, or none
-            os.rename(path, taken_marker(path, os.getpid()))  # and the keeper leaves this process alone
+    try:
+        if os.stat(path).st_ino != inode:
+            raise OSError("not this spare's socket")
+        os.rename(path, taken_marker(path, os.getpid()))  # taken: the keeper leaves this process alone
+    except OSError:  # (replaced meanwhile): the user's process runs its fit itself
+        return
     listener.close()  # drivers queued behind this one are refused: they run their fits themselves
     fds: list[int] = []
     request = _receive_frame(conn, fds)
@@ -252,15 +269,20 @@ def serve(path: str, keeper_pid: int) -> None:
         why = f"cannot load the run here: {exc!r}"
     if why is not None:
         _send_frame(conn, DECLINED, why.encode())
-        return
+        sys.exit(DECLINED_EXIT)
     warm.touch()  # a driver came: the keeper's idle clock starts again
     _become_the_users(request, fds)
-    _send_frame(conn, STARTED)
+    _send_frame(conn, STARTED, str(os.getpid()).encode())
     replied = threading.Event()
     threading.Thread(target=_end_with_the_users_process, args=(conn, replied), daemon=True).start()
     try:
-        reply = RESULT, _dumps(Controller(**args, train_fn=_Pickled(request["train_fn"]),
-                                                     train_loop_config=_Pickled(request["train_loop_config"])).run())
+        result = Controller(**args, train_fn=_Pickled(request["train_fn"]),
+                            train_loop_config=_Pickled(request["train_loop_config"])).run()
+        try:
+            reply = RESULT, _dumps(result)
+        except Exception as exc:  # noqa: BLE001 - e.g. a return value that does not pickle: the run is recorded
+            raise RuntimeError(f"run {result.path!r} ended, but its Result cannot be sent back from the warm "
+                               f"cluster's driver: {exc!r}; `trainkit show` has it") from None
     except SystemExit as exc:  # a stop signal: the run recorded it and said so
         reply = EXITED, pickle.dumps(exc.code)
     except BaseException as exc:  # noqa: BLE001 - raised in the user's process
@@ -275,7 +297,10 @@ def serve(path: str, keeper_pid: int) -> None:
     with contextlib.suppress(OSError):
         _send_frame(conn, *reply)
     # Nothing of Ray's exit (a fixed 0.27 s; stuck on a cluster that is gone) after the reply: Ray
-    # sees this driver's end as any driver's, and the run left nothing behind.
+    # sees this driver's end as any driver's, and the run left nothing behind; but a cluster of its
+    # own (the warm one gone before it connected) is stopped as at any driver's exit.
+    if ray_runtime.embedded_node() is not None:
+        ray_runtime._stop_embedded_cluster()
     os._exit(0)
 
 
@@ -346,7 +371,8 @@ def _warning_filters(filters: list[tuple]) -> list[tuple]:
 
 
 # what the spare imported Ray and loaded the plugins with (plugins.py)
-_LOADED_WITH = ("RAY_", "TRAINKIT_PLUGINS", "TRAINKIT_DISABLED_PLUGINS", "TRAINKIT_DISABLE_PLUGIN_AUTOLOAD")
+_LOADED_WITH = ("RAY_", "TRAINKIT_PLUGINS", "TRAINKIT_DISABLED_PLUGINS", "TRAINKIT_DISABLE_PLUGIN_AUTOLOAD",
+                "TRAINKIT_PLACEMENT_TIMEOUT_S", "TRAINKIT_PREEMPTION_POLL_S")  # (read as their modules load)
 
 
 def taken_marker(path: str, pid: int) -> str:
@@ -362,9 +388,11 @@ def _become_the_users(request: dict, fds: list[int]) -> None:
     for fd, theirs in zip((0, 1, 2), fds):
         os.dup2(theirs, fd)
         os.close(theirs)
-    sys.stdin = open(0, closefd=False)  # noqa: SIM115 - this process's stdio from now on
-    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
-    sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)  # noqa: SIM115
+    (in_encoding, in_errors), (out_encoding, out_errors), (err_encoding, err_errors) = request["streams"]
+    # this process's stdio from now on, encoded as the user's
+    sys.stdin = open(0, encoding=in_encoding, errors=in_errors, closefd=False)  # noqa: SIM115
+    sys.stdout = open(1, "w", buffering=1, encoding=out_encoding, errors=out_errors, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, encoding=err_encoding, errors=err_errors, closefd=False)  # noqa: SIM115
     os.environ.clear()
     os.environ.update(request["env"])
     sys.argv[:] = request["argv"]
