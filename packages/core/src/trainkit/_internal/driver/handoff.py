@@ -13,11 +13,14 @@ while it waits go on to the spare (where their disposition is still the default:
 ``signals.py``), which stops the run as a driver of its own would; a spare whose process is gone
 (SIGKILL) ends itself at once, as Ray ends a dead driver's workers.
 
-Promise: a run is handed off only once the spare said it started it; until then nothing of it ran,
-and any refusal (no spare, one that is loading, already taken, or stale: ``_refusal``) leaves
-``fit()`` to run it here as before. Not handed off: a process that imported Ray (it may use Ray
-after ``fit()``, connected as before), local mode, a run with driver-side callbacks, datasets or a
-validation function (they run in the driver: here), a ``fit()`` outside the main thread.
+Promise: a run is handed off only once the spare said it started it (its socket renamed first:
+``taken_marker``); until then nothing of it ran, and any refusal (no spare, one that is loading,
+already taken, or not this process's twin: ``_refusal``) leaves ``fit()`` to run it here as before.
+After that, ``fit()`` never runs it again. Not handed off where something of the run lives in this
+process (``_stays_here``): Ray imported (it may use Ray after ``fit()``, connected as before), local
+mode, driver-side callbacks, datasets or a validation function, a ``fit()`` outside the main thread,
+its own ``sys.stdout``/``sys.stderr`` objects, stop-signal or ``logging`` handlers of its own, and
+``trainkit launch`` (its launcher forwards more signals and filters the ranks' output).
 """
 
 from __future__ import annotations
