@@ -180,16 +180,9 @@ class _Server:
         self.top_level: set[str] = set()  # the preloaded modules' top-level names, once loaded
         self.env = dict(os.environ)
         self.site_dirs = site_dirs()
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        bound = f"{address}.{os.getpid()}"
-        old_umask = os.umask(0o177)
-        try:
-            self.listener.bind(bound)
-        finally:
-            os.umask(old_umask)
-        self.listener.listen(socket.SOMAXCONN)  # every worker of a big node may ask while the server loads
-        os.replace(bound, address)  # in place once it listens (a dead server's goes)
-        self.address, self.inode = address, os.stat(address).st_ino
+        # every worker of a big node may ask while the server loads
+        self.listener, self.inode = listen_at(address, socket.SOMAXCONN)
+        self.address = address
         self.wakeup_r, self.wakeup_w = os.pipe()
         os.set_blocking(self.wakeup_w, False)
         signal.set_wakeup_fd(self.wakeup_w)
@@ -475,12 +468,28 @@ def spawn(address: str, modules: list[str] | tuple[str, ...], env: dict[str, str
                              *modules], stdin=subprocess.DEVNULL, cwd="/", env=env, start_new_session=True)
 
 
-def die_with_parent() -> None:
-    """SIGKILL when the parent (the thread that started this process) ends (Linux)."""
+def listen_at(address: str, backlog: int) -> tuple[socket.socket, int]:
+    """A Unix socket listening at ``address`` (0600), put in place only once it listens (a dead
+    listener's goes), and its inode (whether ``address`` is still this socket)."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    bound = f"{address}.{os.getpid()}"
+    old_umask = os.umask(0o177)
+    try:
+        listener.bind(bound)
+    finally:
+        os.umask(old_umask)
+    listener.listen(backlog)
+    os.replace(bound, address)
+    return listener, os.stat(address).st_ino
+
+
+def die_with_parent(on: bool = True) -> None:
+    """SIGKILL when the parent (the thread that started this process) ends (Linux); ``on=False``:
+    no longer."""
     import ctypes
 
     if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL if on else 0)  # PR_SET_PDEATHSIG
 
 
 def default_signals() -> None:

@@ -38,6 +38,8 @@ from trainkit._internal.cluster.userdir import private_dir
 RECORD = "warm.json"
 USED = "warm.used"  # its mtime: when a driver last connected
 ATTACH_LOCK = "warm.attach"  # shared by a driver from its look at the record until it connected
+SPARE_DRIVER = "driver.sock"  # the keeper's spare driver listens there (driver/handoff.py)
+DECLINED_EXIT = 3  # a spare driver's exit status once it declined a run (the keeper waits before the next)
 KEEPER_ENV = "TRAINKIT_WARM_KEEPER"  # set in the keeper: its ensure_ray starts the cluster, never attaches
 DEFAULT_IDLE_TIMEOUT_S = 30 * 60
 POLL_S = 1.0
@@ -45,6 +47,22 @@ POLL_S = 1.0
 
 def record_path() -> Path:
     return private_dir() / RECORD
+
+
+def spare_driver_socket() -> Path:
+    return private_dir() / SPARE_DRIVER
+
+
+def taken_marker(pid: int) -> Path:
+    """The name the spare driver ``pid`` gives its socket once a ``fit()`` took it: the keeper (and
+    ``trainkit down``) then leave that process to end with its run; the keeper removes it after."""
+    return private_dir() / f"{SPARE_DRIVER}.taken.{pid}"
+
+
+def taken_spare_drivers() -> set[int]:
+    """The pids of the spare drivers a ``fit()`` took (``taken_marker``)."""
+    found = (marker.name.rpartition(".")[2] for marker in private_dir().glob(f"{SPARE_DRIVER}.taken.*"))
+    return {int(pid) for pid in found if pid.isdigit()}
 
 
 def parse_duration(text: str) -> float:

@@ -15,11 +15,11 @@ from typing import Any
 from trainkit._internal.cluster import forkserver, ray_runtime, ray_worker_main, watchdog
 from trainkit._internal.plugins import torch_backend
 from trainkit._internal.worker import keeper_spares
-from trainkit._internal.cluster.warm import (DEFAULT_IDLE_TIMEOUT_S, KEEPER_ENV, POLL_S, USED, answers, attach_lock,
-                                            live_record, load_env, read_record, remove_record, same_process, write_record)
+from trainkit._internal.cluster.warm import (DECLINED_EXIT, DEFAULT_IDLE_TIMEOUT_S, KEEPER_ENV, POLL_S, USED, answers, attach_lock,
+                                            live_record, load_env, read_record, remove_record, same_process, taken_marker,
+                                            taken_spare_drivers, write_record)
 
 DEFAULT_SPARES = 4
-DECLINED_EXIT = 3  # handoff.DECLINED_EXIT: a spare driver that declined a run
 
 
 # -- the keeper -------------------------------------------------------------------------------------
@@ -146,23 +146,23 @@ class _ForkServer:
 class _SpareDriver:
     """A driver process ready for the next ``fit()`` to hand its run to (``driver/handoff.py``): one
     at a time, a new one started (while no run is going) once it was taken or ended. A taken one
-    (its socket renamed: ``handoff.taken_marker``) is the user's driver: it is left to end with its
+    (its socket renamed: ``warm.taken_marker``) is the user's driver: it is left to end with its
     run, also when the keeper stops."""
 
     RESTART_AFTER_S = 10.0  # as the fork server's: a spare that cannot start costs little
 
     def __init__(self, env: dict[str, str]) -> None:
-        self.address = str(ray_runtime.private_dir() / "driver.sock")  # handoff.SOCKET
         self.env = env  # the keeper's as it started: the spare imports Ray with what a driver would have
-        self.usable = len(f"{self.address}.taken.{2**22}".encode()) < 108  # a Unix socket's path is short
+        self.usable = len(bytes(taken_marker(2**22))) < 108  # a Unix socket's path is short
         self._proc: subprocess.Popen | None = None
         self._taken: list[subprocess.Popen] = []
         self._failed = -self.RESTART_AFTER_S  # when the last one ended untaken (it could not start, or declined)
-        for marker in ray_runtime.private_dir().glob("driver.sock.taken.*"):  # a dead keeper's spares'
-            marker.unlink(missing_ok=True)
+        for pid in taken_spare_drivers():  # a dead keeper's
+            taken_marker(pid).unlink(missing_ok=True)
 
-    def _is_taken(self, proc: subprocess.Popen) -> bool:
-        return os.path.exists(f"{self.address}.taken.{proc.pid}")
+    @staticmethod
+    def _is_taken(proc: subprocess.Popen) -> bool:
+        return taken_marker(proc.pid).exists()
 
     def keep(self, start_new: bool = True) -> None:
         if self._proc is not None and (self._proc.poll() is not None or self._is_taken(self._proc)):
@@ -172,15 +172,14 @@ class _SpareDriver:
             if proc.poll() is not None:  # ended: reaped, its marker removed
                 if proc.returncode == DECLINED_EXIT or not self._is_taken(proc):
                     self._failed = time.monotonic()  # the next one could fare no better at once
-                with contextlib.suppress(OSError):
-                    os.unlink(f"{self.address}.taken.{proc.pid}")
+                taken_marker(proc.pid).unlink(missing_ok=True)
         self._taken = [proc for proc in self._taken if proc.returncode is None]
         if self._proc is not None:
             return  # loading, or listening
         if start_new and self.usable and time.monotonic() - self._failed >= self.RESTART_AFTER_S:
             try:
                 self._proc = subprocess.Popen([sys.executable, "-m", "trainkit._internal.driver.handoff",
-                                               self.address, str(os.getpid())],
+                                               str(os.getpid())],
                                               stdin=subprocess.DEVNULL, cwd="/", env=self.env)
             except OSError as exc:  # (a busy machine: tried again later; fits meanwhile run in their own process)
                 print(f"trainkit warm cluster: cannot start the spare driver: {exc}", flush=True)
@@ -344,8 +343,7 @@ def _without_taken_drivers(tree: dict[int, str]) -> dict[int, str]:
     """``tree`` less the spare drivers a ``fit()`` took: each is that run's driver, left to record
     what became of its run (``ClusterDied``) and to end by itself, as a driver attached from its own
     process is."""
-    taken = {int(marker.name.rpartition(".")[2]) for marker in ray_runtime.private_dir().glob("driver.sock.taken.*")
-             if marker.name.rpartition(".")[2].isdigit()}
+    taken = taken_spare_drivers()
     return {pid: started for pid, started in tree.items() if pid not in taken}
 
 

@@ -14,7 +14,7 @@ while it waits go on to the spare (where their disposition is still the default:
 (SIGKILL) ends itself at once, as Ray ends a dead driver's workers.
 
 Promise: a run is handed off only once the spare said it started it (its socket renamed first:
-``taken_marker``); until then nothing of it ran, and any refusal (no spare, one that is loading,
+``warm.taken_marker``); until then nothing of it ran, and any refusal (no spare, one that is loading,
 already taken, or not this process's twin: ``_refusal``) leaves ``fit()`` to run it here as before.
 After that, ``fit()`` never runs it again. Not handed off where something of the run lives in this
 process (``_stays_here``): Ray imported (it may use Ray after ``fit()``, connected as before), local
@@ -41,13 +41,10 @@ from typing import Any, Iterator
 
 from trainkit._internal.cluster import warm
 from trainkit._internal.class_ids import share_class_ids
-from trainkit._internal.cluster.forkserver import die_with_parent, fresh_signals, site_dirs
-from trainkit._internal.cluster.userdir import private_dir
+from trainkit._internal.cluster.forkserver import die_with_parent, fresh_signals, listen_at, site_dirs
 from trainkit._internal.driver.signals import STOP_SIGNALS
 from trainkit.result import Result
 
-SOCKET = "driver.sock"
-DECLINED_EXIT = 3  # a spare's exit status once it declined a run (the keeper waits before the next)
 _FRAME = struct.Struct("!cQ")  # kind, length
 STARTED, DECLINED, RESULT, RAISED, EXITED = b"S", b"D", b"R", b"E", b"X"
 
@@ -63,10 +60,6 @@ class _Pickled:
         return pickle.loads, (self.data,)
 
 
-def address() -> str:
-    return str(private_dir() / SOCKET)
-
-
 # -- the user's process ---------------------------------------------------------------------------
 def hand_off(controller_args: dict[str, Any]) -> Result | None:
     """Run ``Controller(**controller_args).run()`` in the warm cluster's spare driver; its
@@ -80,14 +73,9 @@ def hand_off(controller_args: dict[str, Any]) -> Result | None:
         rest = cloudpickle.dumps({k: v for k, v in controller_args.items() if k not in blobs})
         warning_filters = pickle.dumps([(action, message, (category.__module__, category.__qualname__), module, line)
                                         for action, message, category, module, line in warnings.filters])
-        stdio = [os.dup(fd) for fd in (0, 1, 2)]
-    except Exception:  # noqa: BLE001 - not picklable (the run's own check says why), or no stdio
+    except Exception:  # noqa: BLE001 - not picklable: the run's own check says why
         return None
-    try:
-        started = _started(blobs, rest, warning_filters, stdio)
-    finally:
-        for fd in stdio:
-            os.close(fd)
+    started = _started(blobs, rest, warning_filters)
     if started is None:
         return None
     conn, pid = started
@@ -145,8 +133,7 @@ def _umask() -> int | None:
         return None
 
 
-def _started(blobs: dict[str, bytes], rest: bytes, warning_filters: bytes,
-             stdio: list[int]) -> tuple[socket.socket, int] | None:
+def _started(blobs: dict[str, bytes], rest: bytes, warning_filters: bytes) -> tuple[socket.socket, int] | None:
     """The connection to the spare once it started the run, and its pid; None when it did not."""
     request = pickle.dumps({"executable": sys.executable, "cwd": os.getcwd(), "env": dict(os.environ),
                             "sys_path": list(sys.path), "argv": list(sys.argv), "umask": _umask(),
@@ -158,11 +145,11 @@ def _started(blobs: dict[str, bytes], rest: bytes, warning_filters: bytes,
         with warm.attach_lock():
             if warm.attachable(quiet=True) is None:
                 raise OSError("no warm cluster")
-            conn.connect(address())
+            conn.connect(str(warm.spare_driver_socket()))
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()  # what this process printed comes before what the spare prints
             frame = _FRAME.pack(b"Q", len(request)) + request
-            sent = socket.send_fds(conn, [frame], stdio)
+            sent = socket.send_fds(conn, [frame], [0, 1, 2])  # this process's stdio (_stays_here)
             conn.sendall(frame[sent:])
             reply = _receive_frame(conn)
     except OSError:
@@ -219,8 +206,8 @@ def _receive_frame(conn: socket.socket, fds: list[int] | None = None) -> tuple[b
 
 
 # -- the spare driver -----------------------------------------------------------------------------
-def serve(path: str, keeper_pid: int) -> None:
-    """The spare: load, listen at ``path``, take one run and run it; dies with the keeper until taken."""
+def serve(keeper_pid: int) -> None:
+    """The spare: load, listen, take one run and run it; dies with the keeper until taken."""
     die_with_parent()
     if os.getppid() != keeper_pid:  # it ended before the line above
         return
@@ -236,21 +223,13 @@ def serve(path: str, keeper_pid: int) -> None:
     share_class_ids()  # a class of the user's sent back is the user's class again (class_ids.py)
     loaded_site = site_dirs()
     added_path = [entry for entry in sys.path if entry not in started_path]  # Ray's vendored packages
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    bound = f"{path}.{os.getpid()}"
-    old_umask = os.umask(0o177)
-    try:
-        listener.bind(bound)
-    finally:
-        os.umask(old_umask)
-    listener.listen(8)
-    os.replace(bound, path)  # found from now on
-    inode = os.stat(path).st_ino
+    path = str(warm.spare_driver_socket())
+    listener, inode = listen_at(path, 8)  # found from now on
     conn, _ = listener.accept()
     try:
         if os.stat(path).st_ino != inode:
             raise OSError("not this spare's socket")
-        os.rename(path, taken_marker(path, os.getpid()))  # taken: the keeper leaves this process alone
+        os.rename(path, warm.taken_marker(os.getpid()))  # taken: the keeper leaves this process alone
     except OSError:  # (replaced meanwhile): the user's process runs its fit itself
         return
     listener.close()  # drivers queued behind this one are refused: they run their fits themselves
@@ -272,7 +251,7 @@ def serve(path: str, keeper_pid: int) -> None:
         why = f"cannot load the run here: {exc!r}"
     if why is not None:
         _send_frame(conn, DECLINED, why.encode())
-        sys.exit(DECLINED_EXIT)
+        sys.exit(warm.DECLINED_EXIT)
     warm.touch()  # a driver came: the keeper's idle clock starts again
     _become_the_users(request, fds)
     _send_frame(conn, STARTED, str(os.getpid()).encode())
@@ -378,12 +357,6 @@ _LOADED_WITH = ("RAY_", "TRAINKIT_PLUGINS", "TRAINKIT_DISABLED_PLUGINS", "TRAINK
                 "TRAINKIT_PLACEMENT_TIMEOUT_S", "TRAINKIT_PREEMPTION_POLL_S")  # (read as their modules load)
 
 
-def taken_marker(path: str, pid: int) -> str:
-    """The name the spare ``pid`` gives its socket once taken: the keeper then leaves it alone (and
-    removes it once the spare ended)."""
-    return f"{path}.taken.{pid}"
-
-
 def _become_the_users(request: dict, fds: list[int]) -> None:
     """This process takes the user's stdio, environment and arguments (its directory and
     ``sys.path`` it already took); it stays in the keeper's session, outside the terminal's
@@ -401,15 +374,7 @@ def _become_the_users(request: dict, fds: list[int]) -> None:
     sys.argv[:] = request["argv"]
     if request["umask"] is not None:
         os.umask(request["umask"])
-    die_with_parent_off()
-
-
-def die_with_parent_off() -> None:
-    """A taken spare outlives the keeper: its run records what becomes of the cluster."""
-    import ctypes
-
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(1, 0)  # PR_SET_PDEATHSIG: none
+    die_with_parent(on=False)  # a taken spare outlives the keeper: its run records what becomes of the cluster
 
 
 def _end_with_the_users_process(conn: socket.socket, replied: threading.Event) -> None:
@@ -424,4 +389,4 @@ def _end_with_the_users_process(conn: socket.socket, replied: threading.Event) -
 
 if __name__ == "__main__":
     fresh_signals()
-    serve(sys.argv[1], int(sys.argv[2]))
+    serve(int(sys.argv[1]))
