@@ -15,12 +15,14 @@ import textwrap
 import threading
 import time
 
+import pyarrow.fs as pafs
 import pytest
 
-from trainkit._internal.storage import lock
+from trainkit._internal.storage import lock, stores
 from trainkit._internal.storage.run_state import RunState
 from trainkit._internal.storage.run_storage import RunStorage
 from trainkit.errors import RunLockedError, TrainkitWarning
+from trainkit.testing.faultfs import FaultyHandler
 
 
 class ReplyDroppingProxy:
@@ -137,7 +139,7 @@ def _beating(storage: RunStorage, lease: dict, stop: threading.Event) -> None:
 
 
 def test_another_hosts_lease_is_dead_only_once_its_heartbeat_stood_still_on_the_readers_clock(tmp_path, monkeypatch):
-    monkeypatch.setattr(lock, "STALE_S", 1.5)
+    monkeypatch.setattr(lock, "STALE_S", 5.0)  # 50 beats: a busy machine never stalls the beater that long
     monkeypatch.setattr(lock, "WATCH_S", 0.1)
     storage = RunStorage(str(tmp_path / "runs"), "far")
     storage.preflight()
@@ -160,3 +162,66 @@ def test_another_hosts_lease_is_dead_only_once_its_heartbeat_stood_still_on_the_
         taker.acquire()  # the heartbeat stands still now: taken over after the watch
     assert lock._read_lease(storage)["token"] == taker.owner["token"]
     taker.release()
+
+
+def test_a_live_drivers_lease_reads_alive_while_it_is_being_renewed(tmp_path):
+    """A heartbeat replaces the lease whole: a reader never sees it half-written (it took a live
+    run over when a watch read the lease between the truncate and the write)."""
+    storage = RunStorage(str(tmp_path / "runs"), "renewing")
+    storage.preflight()
+    run_lock = lock.RunLock(storage)
+    run_lock.acquire()
+    renewed = threading.Event()
+
+    def renew() -> None:
+        for _ in range(300):
+            run_lock._renew()
+        renewed.set()
+
+    renewer = threading.Thread(target=renew)
+    renewer.start()
+    reads, torn = 0, 0
+    try:
+        while not renewed.is_set():
+            reads += 1
+            torn += lock._read_lease(storage) is None or not lock.driver_alive(storage)
+    finally:
+        renewer.join()
+        run_lock.release()
+    assert reads and torn == 0, f"{torn} of {reads} reads found no live lease"
+
+
+class HeartbeatAtTakeover(FaultyHandler):
+    """Local disk where the lease's owner beats once more whenever a takeover marker is created:
+    the driver that watched its lease stand still wakes up just as another one takes the run over."""
+
+    def __init__(self, lease_path: str, lease: dict):
+        super().__init__([])
+        self.lease_path, self.lease, self.beats = lease_path, lease, 0
+
+    def __reduce__(self):
+        return HeartbeatAtTakeover, (self.lease_path, self.lease)
+
+    def open_output_stream(self, path, metadata):
+        if lock.TAKEOVER in path:
+            self.beats += 1
+            with open(self.lease_path, "w") as f:
+                f.write(json.dumps({**self.lease, "beat": self.beats}))
+        return super().open_output_stream(path, metadata)
+
+
+def test_a_lease_that_beat_again_after_its_watch_is_never_taken_over(tmp_path, monkeypatch):
+    monkeypatch.setattr(lock, "STALE_S", 0.3)
+    monkeypatch.setattr(lock, "WATCH_S", 0.1)
+    monkeypatch.setattr(stores.ObjectStore, "_warned_not_exclusive", True)  # PyFileSystem's: not this test's
+    root = tmp_path / "runs"
+    lease = {"host": "far-away", "boot": "another-boot", "pid": 1, "started": "1", "token": "cd" * 16,
+             "heartbeat": 0}
+    handler = HeartbeatAtTakeover(str(root / "woke" / lock.LOCK), lease)
+    storage = RunStorage(str(root), "woke", filesystem=pafs.PyFileSystem(handler))
+    storage.preflight()
+    storage.write_text(lock.LOCK, json.dumps(lease))
+    with pytest.warns(TrainkitWarning, match="watching its heartbeat"), pytest.raises(RunLockedError):
+        lock.RunLock(storage).acquire()
+    assert handler.beats >= 1
+    assert lock._read_lease(storage)["token"] == lease["token"]  # still the far driver's

@@ -157,18 +157,17 @@ def test_a_rank_whose_copy_rank_0_replaces_still_reports_its_own_bytes(tmp_path)
 
 
 def test_what_a_run_relies_on_is_one_entry_per_filesystem_type(tmp_path, monkeypatch):
-    """Capabilities are decided by filesystem type in one table; a filesystem it does not name is an
-    object store (the lock warns it cannot create exclusively), and one entry changes that."""
+    """The kind of store is decided by filesystem type in one table; a filesystem it does not name
+    is an object store (the lock warns it cannot create exclusively), and one entry changes that."""
     import pyarrow.fs as pafs
     import trainkit
-    from trainkit._internal.storage import capabilities as table
+    from trainkit._internal.storage import stores
     from trainkit.testing.faultfs import faulty_filesystem
 
-    assert RunStorage(str(tmp_path), "run").capabilities == table.Capabilities(local_paths=True, exclusive_create="link")
-    s3 = pafs.S3FileSystem(anonymous=True, region="us-east-1")
-    assert table.capabilities(s3) == table.Capabilities(exclusive_create="if_none_match")
+    assert isinstance(RunStorage(str(tmp_path), "run").store, stores.LocalStore)
+    assert isinstance(stores.store_of(pafs.S3FileSystem(anonymous=True, region="us-east-1")), stores.S3Store)
     fs = faulty_filesystem([])  # the local disk behind pyarrow's PyFileSystem: type "py::faulty-local"
-    assert table.capabilities(fs) is table.OBJECT_STORE
+    assert stores.store_of(fs) is stores.OBJECT_STORE
 
     def fit(name):
         def train_fn(config):
@@ -178,13 +177,11 @@ def test_what_a_run_relies_on_is_one_entry_per_filesystem_type(tmp_path, monkeyp
             run_config=trainkit.RunConfig(name=name, storage_path=str(tmp_path / "runs"), storage_filesystem=fs,
                                           verbose=0)).fit()
 
-    from trainkit._internal.storage import lock
-
-    monkeypatch.setattr(lock, "_warned_not_exclusive", False)  # warned once per process: maybe already
+    monkeypatch.setattr(stores.ObjectStore, "_warned_not_exclusive", False)  # warned once per process: maybe already
     with pytest.warns(TrainkitWarning, match="no atomic create-if-absent"):
         assert fit("as-object-store").checkpoint is not None
     assert (tmp_path / "runs" / "as-object-store" / "metrics.jsonl.d").is_dir()  # the log, as whole objects
-    monkeypatch.setitem(table.BY_TYPE, "py::faulty-local", table.Capabilities(local_paths=True, exclusive_create="link"))
+    monkeypatch.setitem(stores.BY_TYPE, "py::faulty-local", stores.LocalStore())
     result = fit("as-local-disk")  # no warning: TrainkitWarning fails a test that does not expect it
     assert result.checkpoint is not None and not (tmp_path / "runs" / "as-local-disk" / "metrics.jsonl.d").exists()
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from trainkit._internal.moved import moved_names
 from trainkit._internal.storage import run_storage as storage
 from trainkit._internal.storage import strict_json
-from trainkit._internal.storage.capabilities import capabilities
+from trainkit._internal.storage.stores import store_of
 from trainkit.errors import NotRegularFileError
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ class Checkpoint:
         return self.path if scheme == "local" or "::" in scheme else f"{scheme}://{self.path}"
 
     def _is_local(self) -> bool:
-        return capabilities(self.filesystem).local_paths
+        return store_of(self.filesystem).local_paths
 
     def to_directory(self, path: str | os.PathLike | None = None) -> str:
         """Copy the checkpoint's files into a local directory (a new temp dir by default). On failure

@@ -13,10 +13,13 @@ clocks (a wall clock stepped by NTP or a VM resume must not hand a live run to a
 Both claims are exclusive: the lease is created with an atomic create-if-absent
 (``create_exclusive``: ``link`` on POSIX, ``PutObject`` with ``If-None-Match: *`` on S3), and a
 takeover first claims a marker named after the dead lease's token the same way, so of any number
-of contenders exactly one wins. A create whose answer was lost (its retry meets 412) reads the
-object back and counts as won when it holds this call's bytes. Where no such primitive exists
-(other ``pyarrow`` filesystems, or S3 without boto3) the lease is written and read back, which two
-drivers starting in the same instant can both pass: trainkit warns once.
+of contenders exactly one wins; the dead lease is then deleted only while it is still exactly as
+judged (a driver that beats again, late, keeps its run). A create whose answer was lost (its retry
+meets 412) reads the object back and counts as won when it holds this call's bytes. Where no such
+primitive exists (other ``pyarrow`` filesystems, or S3 without boto3) the lease is written and read
+back, which two drivers starting in the same instant can both pass: trainkit warns once.
+
+A heartbeat replaces the lease whole (``RunStorage.write_text``): no reader sees it half-written.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from trainkit._internal.interface import setting
 from trainkit._internal.storage.retry import with_retries
 from trainkit._internal.storage.run_storage import RunStorage
 from trainkit._internal.storage.untrusted import stored_token
-from trainkit.errors import RunLockedError, StorageError
+from trainkit.errors import RunLockedError
 
 LOCK = ".lock"
 TAKEOVER = ".lock.takeover-"  # + the token of the dead lease being taken over
@@ -120,80 +123,10 @@ def _read_lease(storage: RunStorage, name: str = LOCK) -> dict[str, Any] | None:
     return lease if isinstance(lease, dict) else None
 
 
-# -- create-if-absent ---------------------------------------------------------------------------
-_warned_not_exclusive = False
-
-
-def _s3_client(fs: Any) -> Any:
-    """A boto3 client with the credentials and endpoint of a pyarrow ``S3FileSystem`` (None: no boto3)."""
-    try:
-        import boto3
-    except ImportError:
-        return None
-    options = fs.__reduce__()[1][0]  # the constructor's arguments
-    endpoint = options.get("endpoint_override") or None
-    if endpoint and "://" not in endpoint:
-        endpoint = f"{options.get('scheme') or 'https'}://{endpoint}"
-    return boto3.client("s3", endpoint_url=endpoint, region_name=options.get("region") or None,
-                        aws_access_key_id=options.get("access_key") or None,
-                        aws_secret_access_key=options.get("secret_key") or None,
-                        aws_session_token=options.get("session_token") or None)
-
-
 def create_exclusive(storage: RunStorage, name: str, data: bytes) -> bool:
-    """Create ``name`` holding ``data`` unless it exists, atomically; return whether this call created it."""
-    target = storage.path(name)
-    how = storage.capabilities.exclusive_create
-    if how == "link":
-        tmp = f"{target}.{uuid.uuid4().hex}.tmp"
-
-        def link() -> bool:
-            with open(tmp, "wb") as f:
-                f.write(data)
-            try:
-                os.link(tmp, target)  # fails if target exists, and the content is whole when it appears
-                return True
-            except FileExistsError:
-                return False
-            finally:
-                os.unlink(tmp)
-
-        return with_retries("create", target, link)
-    client = _s3_client(storage.fs) if how == "if_none_match" else None
-    if client is not None:
-        from botocore.exceptions import ClientError
-
-        bucket, _, key = target.partition("/")
-
-        def put() -> bool:
-            try:
-                client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
-                return True
-            except ClientError as exc:
-                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-                if status in (409, 412):  # 409: a concurrent conditional write to the same key
-                    return False
-                if status and status >= 500:
-                    raise OSError(f"S3 PutObject {target}: HTTP {status}") from exc
-                raise StorageError("create", target, OSError(str(exc))) from None
-
-        # a 412 to a retry whose first try landed but lost its answer: the object is this call's own
-        return with_retries("create", target, put) or _holds(storage, name, data)
-    global _warned_not_exclusive
-    if not _warned_not_exclusive:
-        _warned_not_exclusive = True
-        warn(f"{type(storage.fs).__name__} has no atomic create-if-absent trainkit can use"
-             f"{' (pip install boto3 for S3)' if how == 'if_none_match' else ''}: "
-             "two drivers starting the same run in the same instant may both take its lock", stacklevel=3)
-    if storage.exists(name):
-        return False
-    storage.write_text(name, data.decode())
-    return _holds(storage, name, data)  # write-then-read-back: best effort
-
-
-def _holds(storage: RunStorage, name: str, data: bytes) -> bool:
-    """Whether ``name`` holds exactly ``data`` (bytes unique to one create call: they hold its token)."""
-    return (with_retries("read", storage.path(name), lambda: storage.read_text(name)) or "").encode() == data
+    """Create ``name`` holding ``data`` unless it exists, atomically where the store can
+    (``stores.Store.create_exclusive``); return whether this call created it."""
+    return storage.store.create_exclusive(storage.fs, storage.path(name), data)
 
 
 class RunLock:
@@ -231,9 +164,9 @@ class RunLock:
             marker = TAKEOVER + token
             if not create_exclusive(self.storage, marker, self.owner["token"].encode()):
                 raise RunLockedError(f"run {name!r} is being taken over by another driver at the same moment")
-            if (_read_lease(self.storage) or {}).get("token") != lease.get("token"):
+            if _read_lease(self.storage) != lease:
                 self._delete(marker)
-                continue  # the dead lease went away before we claimed it
+                continue  # it changed since it was judged dead (a heartbeat, a release): look again
             self._delete(LOCK)  # only the marker's creator deletes the dead lease
             self._took_over = marker
             if create_exclusive(self.storage, LOCK, self._lease_bytes()):

@@ -15,7 +15,7 @@ import posixpath
 from typing import TYPE_CHECKING, Any
 
 from trainkit._internal.storage import strict_json
-from trainkit._internal.storage.capabilities import capabilities
+from trainkit._internal.storage.stores import store_of
 from trainkit._internal.storage.retry import with_retries
 from trainkit._internal.storage.run_storage import METRICS, list_dir, open_input
 from trainkit._internal.storage.untrusted import open_regular
@@ -53,7 +53,7 @@ class MetricsLog:
     def _write(self, unwritten: list[tuple[int, str]]) -> int:
         """Write the first of ``unwritten``: one line on a disk, what fits the open segment on an
         object store. Returns how many were written."""
-        if self.storage.capabilities.local_paths:
+        if self.storage.store.local_paths:
             target = self.storage.path(METRICS)
             with_retries("append", target, lambda: _append_local(target, unwritten[0][1]))
             return 1
@@ -134,7 +134,7 @@ def read_last_report(fs: "pafs.FileSystem", run_path: str) -> dict[str, Any] | N
     """The run's last consolidated report, reading no more than its last lines; None when there is none."""
     for path in reversed(_log_paths(fs, run_path)):
         try:
-            if capabilities(fs).local_paths:
+            if store_of(fs).local_paths:
                 with open_input(fs, path) as f:  # a regular file, never blocking
                     lines = _lines_backwards(f)
                     found = next(filter(None, map(_record, lines)), None)

@@ -19,7 +19,7 @@ LOGS = "logs"
 class RunLogs:
     def __init__(self, storage: storage_mod.RunStorage):
         self._storage = storage
-        self._local = storage.capabilities.local_paths
+        self._local = storage.store.local_paths
         self._root = storage.path(LOGS) if self._local else tempfile.mkdtemp(prefix="trainkit-logs-")
         self._files: dict[int, IO[str]] = {}
         self._attempt: int | None = None

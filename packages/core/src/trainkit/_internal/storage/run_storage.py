@@ -23,6 +23,7 @@ names exactly one attempt's files: a rank cut off from the cluster that finishes
 a later attempt committed the same checkpoint writes next to it, never over it. Readers go through
 the manifest (``files_root``); the next sweep deletes what such a rank left (``sweep``).
 
+What differs between a local disk and an object store lives in ``stores.py`` (``self.store``).
 pyarrow is imported lazily, so ``import trainkit`` stays light.
 """
 
@@ -48,19 +49,16 @@ from trainkit._internal.interface import field_label
 from trainkit._internal.naming import validate_name
 from trainkit._internal.redact import redact
 from trainkit._internal.storage import strict_json
-from trainkit._internal.storage.capabilities import capabilities
 from trainkit._internal.storage.retry import with_retries
-from trainkit._internal.storage.untrusted import describe, open_regular, stored_name, stored_relpath
+from trainkit._internal.storage.stores import MANIFEST, METADATA, TMP_PREFIX, exists, store_of
+from trainkit._internal.storage.untrusted import describe, stored_name, stored_relpath
 from trainkit.errors import CheckpointCorruptError, LinkInCheckpointError, NotRegularFileError, StorageError
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
-MANIFEST = ".manifest.json"
-METADATA = ".metadata.json"
 STATE = "run_state.json"
 METRICS = "metrics.jsonl"
-TMP_PREFIX = ".tmp-"
 DEBRIS_RETRY_S = (0.1, 0.5)  # a sweep tries a folder a late writer keeps filling again after these
 QUARANTINE = ".quarantine"  # checkpoints with a damaged manifest, kept for the user
 REPORTS = ".reports"  # the ranks' durable records of reports (report_records), swept once committed
@@ -89,12 +87,6 @@ def resolve_filesystem(path: str, filesystem: "pafs.FileSystem | None" = None) -
         raise ValueError(f"{field_label('storage_path')}={redact(path)!r} is invalid: {redact(str(exc))}") from None
 
 
-def _exists(fs: "pafs.FileSystem", path: str) -> bool:
-    import pyarrow.fs as pafs
-
-    return fs.get_file_info(path).type != pafs.FileType.NotFound
-
-
 @dataclass(frozen=True)
 class FileEntry:
     path: str  # relative, posix
@@ -105,7 +97,7 @@ class FileEntry:
 def open_input(fs: "pafs.FileSystem", path: str) -> Any:
     """A stream of the stored file ``path``: on a local disk only a regular file, opened so that a
     FIFO or device never blocks the reader (``NotRegularFileError`` instead)."""
-    return open_regular(path) if capabilities(fs).local_paths else fs.open_input_stream(path)
+    return store_of(fs).open_input(fs, path)
 
 
 def list_dir(fs: "pafs.FileSystem", path: str, recursive: bool = False, top_may_link: bool = False) -> list:
@@ -113,34 +105,7 @@ def list_dir(fs: "pafs.FileSystem", path: str, recursive: bool = False, top_may_
     disk a link in a run directory (or ``path`` itself being one, unless ``top_may_link``: the run
     directory, which ``preflight`` checks) is never followed, moved or deleted; trainkit warns,
     naming it and its target, and leaves it alone."""
-    import pyarrow.fs as pafs
-
-    local = capabilities(fs).local_paths
-    if local and not top_may_link and os.path.islink(path):
-        _warn_link(path)
-        return []
-    infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=recursive))
-    if not local:
-        return infos
-    kept = []
-    for info in infos:
-        if os.path.islink(info.path):
-            _warn_link(info.path)
-        elif not any(os.path.islink(posixpath.join(path, parent)) for parent in _parents(posixpath.relpath(info.path, path))):
-            kept.append(info)
-    return kept
-
-
-def _parents(rel: str) -> list[str]:
-    parts = rel.split("/")[:-1]
-    return ["/".join(parts[:i + 1]) for i in range(len(parts))]
-
-
-def _warn_link(path: str) -> None:
-    from trainkit._internal.display import warn
-
-    warn(f"{path} is a symbolic link (to {os.readlink(path)}); trainkit never follows, moves or deletes "
-         "links in a run directory and leaves it alone", stacklevel=3)
+    return store_of(fs).list_dir(fs, path, recursive, top_may_link)
 
 
 def local_files(root: str) -> list[tuple[str, str]]:
@@ -279,30 +244,21 @@ def download_dir(fs: "pafs.FileSystem", src: str, local_dir: str, fresh: bool = 
     never what a link points to). On failure (a full disk) what this call created is removed and
     the error names both paths, so a retry starts from the space it had (``fresh``: ``local_dir``
     was made empty for this copy, and goes with it)."""
-    import pyarrow.fs as pafs
-
     existed = None if fresh else _local_tree(local_dir)
+    store = store_of(fs)
     try:
         os.makedirs(local_dir, exist_ok=True)
-        if capabilities(fs).local_paths:
-            shutil.copytree(src, local_dir, dirs_exist_ok=True, ignore=_not_regular)
-        else:  # the files the manifest commits (an in-place upload's attempt folder), and the manifest
-            local, root = pafs.LocalFileSystem(), files_root(fs, src)
-            pafs.copy_files(root, local_dir, source_filesystem=fs, destination_filesystem=local)
-            if root != src:
-                pafs.copy_files(posixpath.join(src, MANIFEST), os.path.join(local_dir, MANIFEST),
-                                source_filesystem=fs, destination_filesystem=local)
+        root = files_root(fs, src)  # the folder the manifest commits (an in-place upload's), and the manifest
+        store.copy_dir_to_local(fs, root, local_dir)
+        if root != src:
+            with open_input(fs, posixpath.join(src, MANIFEST)) as f, open(os.path.join(local_dir, MANIFEST), "wb") as out:
+                out.write(f.read())
     except BaseException as exc:
         _remove_created(local_dir, existed)
         if isinstance(exc, OSError):
             raise OSError(exc.errno, f"copying checkpoint {redact(src)} into {local_dir} failed "
                                      f"({exc.strerror or exc}); the partial copy there was removed", local_dir) from exc
         raise
-
-
-def _not_regular(directory: str, names: list[str]) -> list[str]:
-    return [n for n in names if os.path.islink(p := os.path.join(directory, n))
-            or not (os.path.isfile(p) or os.path.isdir(p))]
 
 
 def _local_tree(root: str) -> set[str] | None:
@@ -393,10 +349,8 @@ def verify_checkpoint(fs: "pafs.FileSystem", checkpoint_path: str) -> dict[str, 
     for rel, expected in manifest["files"].items():
         path = posixpath.join(root, rel)
         try:
-            if not capabilities(fs).local_paths and fs.get_file_info(path).type == _file_type().Directory:
-                raise NotRegularFileError(f"{path} is a directory, not a regular file")
+            size = store_of(fs).file_size(fs, path)
             actual = _sha256(fs, path)
-            size = fs.get_file_info(path).size
         except FileNotFoundError:
             raise CheckpointCorruptError(f"{checkpoint_path}: {rel} is missing") from None
         except NotRegularFileError as exc:
@@ -420,7 +374,7 @@ class RunStorage:
         self.name = name
         self.fs, self.root = resolve_filesystem(storage_path or default_storage_path(), filesystem)
         self.run_path = posixpath.join(self.root.rstrip("/"), name)
-        self.capabilities = capabilities(self.fs)  # what the run may rely on there: decided once
+        self.store = store_of(self.fs)  # the kind of filesystem (stores.py): decided once
         # Directories in the run directory after the last sweep (None: not swept yet), travelling
         # with this object to the workers: where an upload in place must not go.
         self.swept_dirs: frozenset[str] | None = None
@@ -456,7 +410,7 @@ class RunStorage:
         find and that no earlier report of this attempt took (``reused``). The manifest, written
         last by the commit, makes it one and names the folder: another attempt's ranks, late, write
         only into folders of their own (the fence)."""
-        if (self.capabilities.local_paths or reused or self.swept_dirs is None or checkpoint_name in self.swept_dirs
+        if (not self.store.uploads_in_place or reused or self.swept_dirs is None or checkpoint_name in self.swept_dirs
                 or not _CHECKPOINT_DIR.fullmatch(checkpoint_name)):
             return self.tmp_checkpoint_path(checkpoint_name, attempt, index)
         return self.path(checkpoint_name, f".attempt-{attempt}-{self.driver_id}")
@@ -465,11 +419,7 @@ class RunStorage:
     def preflight(self) -> None:
         """Create the run directory and prove it writable and readable, before any worker starts."""
         probe = self.path(f"{TMP_PREFIX}probe-{uuid.uuid4().hex}")
-        if self.capabilities.local_paths and os.path.lexists(self.run_path):
-            real_root, real_run = os.path.realpath(self.root), os.path.realpath(self.run_path)
-            if os.path.dirname(real_run) != real_root:
-                raise ValueError(f"run directory {self.run_path} resolves to {real_run}, outside the storage "
-                                 f"path {real_root} (a symlink?); refusing to write there")
+        self.store.check_run_dir(self.root, self.run_path)
         def probe_round_trip() -> None:
             self.fs.create_dir(self.run_path, recursive=True)
             with self.fs.open_output_stream(probe) as f:
@@ -482,7 +432,7 @@ class RunStorage:
         with_retries("preflight of storage", redact(self.run_path), probe_round_trip)
 
     def exists(self, *parts: str) -> bool:
-        return _exists(self.fs, self.path(*parts))
+        return exists(self.fs, self.path(*parts))
 
     def read_text(self, *parts: str) -> str | None:
         def read() -> str:
@@ -495,13 +445,9 @@ class RunStorage:
             return None
 
     def write_text(self, name: str, text: str) -> None:
+        """Replace ``name`` whole: a reader sees the old text or the new, never a part of it."""
         target = self.path(name)
-
-        def write() -> None:
-            with self.fs.open_output_stream(target) as f:
-                f.write(text.encode())
-
-        with_retries("write", target, write)
+        with_retries("write", target, lambda: self.store.replace(self.fs, target, text.encode()))
 
     def delete_file(self, name: str) -> None:
         try:
@@ -513,29 +459,8 @@ class RunStorage:
         """Replace ``name`` atomically, keeping the previous version as ``name.prev``."""
         self.check_fence()
         data = strict_json.dumps(obj, indent=1, sort_keys=True).encode()
-        final, prev = self.path(name), self.path(f"{name}.prev")
-        tmp = self.path(f"{TMP_PREFIX}{name}.{os.getpid()}.{threading.get_ident()}")  # one per writer
-        if self.capabilities.local_paths:
-            def write_local() -> None:
-                with open(tmp, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                if os.path.exists(final):
-                    os.replace(final, prev)
-                os.replace(tmp, final)
-                _fsync_dir(self.run_path)
-
-            with_retries("write", final, write_local)
-            return
-
-        def write_remote() -> None:
-            if self.exists(name):
-                self.fs.copy_file(final, prev)
-            with self.fs.open_output_stream(final) as f:  # one PUT: atomic on object stores
-                f.write(data)
-
-        with_retries("write", final, write_remote)
+        final = self.path(name)
+        with_retries("write", final, lambda: self.store.replace(self.fs, final, data, prev=self.path(f"{name}.prev")))
 
     # -- checkpoints ---------------------------------------------------------------------------
     def commit_checkpoint(self, tmp_path: str, checkpoint_name: str, files: Iterable[FileEntry],
@@ -555,53 +480,27 @@ class RunStorage:
             e.path: {"size": e.size, "sha256": e.sha256} for e in sorted(files, key=lambda e: e.path)}})
         if in_place:  # the manifest, naming the folder, is the commit
             faults.point("before_commit", index=report.get("index"))
-            with_retries("write manifest", final, lambda: self._write_manifest(final, manifest))
+            with_retries("write manifest", final, lambda: self.write_manifest(final, manifest))
             return final
         with_retries("create", tmp_path, lambda: self.fs.create_dir(tmp_path, recursive=True))
         faults.point("before_commit", index=report.get("index"))
-        with_retries("write manifest", tmp_path, lambda: self._write_manifest(tmp_path, manifest))
+        with_retries("write manifest", tmp_path, lambda: self.write_manifest(tmp_path, manifest))
         faults.point("before_rename", index=report.get("index"))
-        self._install(tmp_path, final, manifest)
+        self.store.install(self, tmp_path, final, manifest)
         return final
 
-    def _write_manifest(self, directory: str, manifest: str) -> None:
+    def write_manifest(self, directory: str, manifest: str) -> None:
         with self.fs.open_output_stream(posixpath.join(directory, MANIFEST)) as f:
             f.write(manifest.encode())
 
-    def _install(self, tmp_path: str, final: str, manifest: str) -> None:
-        """Put the whole checkpoint in ``tmp_path`` (manifest included) at ``final``."""
-        if self.capabilities.local_paths:
-            replaced = f"{tmp_path}-replaced"
-            if _exists(self.fs, final):  # a name reported again, or an orphan of a crash: swap, then drop
-                with_retries("rename", replaced, lambda: self.fs.move(final, replaced))
-            with_retries("rename", final, lambda: self.fs.move(tmp_path, final))
-            self.delete_dir(replaced)
-            return
-        # Object stores cannot rename: copy the files over (an old checkpoint of this name loses its
-        # manifest first, so it is never mixed with new files), the manifest last; tmp stays until then.
-        self.delete_file(posixpath.relpath(posixpath.join(final, MANIFEST), self.run_path))
-        names = [*strict_json.loads(manifest)["files"]]
-        if _exists(self.fs, posixpath.join(tmp_path, METADATA)):
-            names.append(METADATA)
-        for rel in names:
-            src, dst = posixpath.join(tmp_path, rel), posixpath.join(final, rel)
-            with_retries("copy", dst, lambda: (self.fs.create_dir(posixpath.dirname(dst), recursive=True),
-                                               self.fs.copy_file(src, dst)))
-        faults.point("before_manifest", index=strict_json.loads(manifest).get("index"))
-        with_retries("write manifest", final, lambda: self._write_manifest(final, manifest))
-        for info in self._list(final, recursive=True):  # files of the retired checkpoint the new one lacks
-            rel = posixpath.relpath(info.path, final)
-            if info.type == _file_type().File and rel not in names and rel != MANIFEST:
-                with_retries("delete", info.path, lambda: self.fs.delete_file(info.path))
-        self.delete_dir(tmp_path)
-
-    def _list(self, path: str, recursive: bool = False) -> list:
+    def entries(self, path: str, recursive: bool = False) -> list:
+        """What is in the folder ``path`` of the run, links left out (``list_dir``)."""
         return with_retries("list", path, lambda: list_dir(self.fs, path, recursive, top_may_link=path == self.run_path))
 
     def committed_checkpoints(self) -> list[dict[str, Any]]:
         """Manifests of the checkpoint directories that were committed (no hash check)."""
         manifests = []
-        for info in self._list(self.run_path):
+        for info in self.entries(self.run_path):
             if info.type == _file_type().Directory and not info.base_name.startswith(TMP_PREFIX):
                 manifest = read_manifest(self.fs, info.path)
                 if manifest is not None and manifest.get("name") == info.base_name and "index" in manifest:
@@ -610,12 +509,8 @@ class RunStorage:
 
     def delete_dir(self, path: str) -> None:
         self.check_fence()
-        if not self.capabilities.local_paths:  # subfolders first: SeaweedFS keeps a folder whose subfolder
-            for info in self._list(path):  # went with it in one delete_dir, listed but undeletable
-                if info.type == _file_type().Directory:
-                    self.delete_dir(info.path)
         try:
-            with_retries("delete", path, lambda: self.fs.delete_dir(path))
+            self.store.delete_dir(self, path)
         except FileNotFoundError:
             pass
 
@@ -631,14 +526,14 @@ class RunStorage:
         the crash came while it replaced a checkpoint of the same name. A checkpoint whose manifest
         exists but cannot be read is moved to ``.quarantine/`` (its data may be intact), with a warning.
         """
-        swept, entries = [], self._list(self.run_path)
+        swept, entries = [], self.entries(self.run_path)
         recorded = set(recorded)
         for info in entries:
             if info.base_name == REPORTS and self._delete_debris(info.path):  # committed or of no use by now
                 swept.append(info.base_name)
                 continue
             if info.type != _file_type().Directory:
-                if info.base_name.startswith((TMP_PREFIX + "probe-", TMP_PREFIX + STATE)):
+                if info.base_name.startswith(TMP_PREFIX):  # a probe, a state or lease write a crash cut off
                     self.delete_file(info.base_name)
                 continue
             if info.base_name.startswith(TMP_PREFIX):
@@ -648,7 +543,7 @@ class RunStorage:
             manifest = read_manifest(self.fs, info.path)
             if manifest is not None:
                 swept += self._sweep_other_attempts(info.path, manifest)
-            elif _exists(self.fs, posixpath.join(info.path, MANIFEST)):
+            elif exists(self.fs, posixpath.join(info.path, MANIFEST)):
                 if quarantined := self._quarantine(info.path):
                     swept.append(quarantined)
             elif self._delete_debris(info.path):
@@ -656,7 +551,7 @@ class RunStorage:
         swept += self._roll_forward([i.path for i in entries if i.type == _file_type().Directory
                                      and i.base_name.startswith(TMP_PREFIX)], recorded)
         for info in entries:
-            if (info.type == _file_type().Directory and info.base_name.startswith(TMP_PREFIX) and _exists(self.fs, info.path)
+            if (info.type == _file_type().Directory and info.base_name.startswith(TMP_PREFIX) and exists(self.fs, info.path)
                     and self._delete_debris(info.path)):
                 swept.append(info.base_name)
         self.swept_dirs = frozenset({i.base_name for i in entries if i.type == _file_type().Directory} - set(swept)
@@ -685,7 +580,7 @@ class RunStorage:
     def _sweep_other_attempts(self, checkpoint_path: str, manifest: dict[str, Any]) -> list[str]:
         """Delete the attempt folders in a committed checkpoint that its manifest does not name."""
         swept = []
-        for info in self._list(checkpoint_path):
+        for info in self.entries(checkpoint_path):
             if (info.type == _file_type().Directory and _ATTEMPT_DIR.fullmatch(info.base_name)
                     and info.base_name != manifest.get("data") and self._delete_debris(info.path)):
                 swept.append(posixpath.relpath(info.path, self.run_path))
@@ -711,31 +606,21 @@ class RunStorage:
                 continue  # the checkpoint in place is whole: nothing to finish
             except CheckpointCorruptError:
                 pass
-            self._install(path, self.path(name), _dump_manifest(manifest))
+            self.store.install(self, path, self.path(name), _dump_manifest(manifest))
             rolled.append(name)
         return rolled
 
     def _quarantine(self, path: str) -> str | None:
         """Move the checkpoint ``path`` into ``.quarantine/``; None (left in place, with a warning)
         when ``.quarantine`` is a link or not a directory."""
-        import pyarrow.fs as pafs
-
         from trainkit._internal.display import warn
 
-        folder = self.path(QUARANTINE)
-        if self.capabilities.local_paths and os.path.lexists(folder) and (os.path.islink(folder) or not os.path.isdir(folder)):
-            kind = f"a symbolic link (to {os.readlink(folder)})" if os.path.islink(folder) else "not a directory"
-            warn(f"{folder} is {kind}; {path} (its {MANIFEST} is damaged) stays where it is, and nothing is "
-                 "moved through it")
+        dest = posixpath.join(self.path(QUARANTINE), f"{posixpath.basename(path)}-{uuid.uuid4().hex[:8]}")
+        try:
+            self.store.move_dir(self, path, dest)
+        except NotADirectoryError as exc:
+            warn(f"{exc}; {path} (its {MANIFEST} is damaged) stays where it is, and nothing is moved through it")
             return None
-        dest = posixpath.join(folder, f"{posixpath.basename(path)}-{uuid.uuid4().hex[:8]}")
-        if self.capabilities.local_paths:
-            with_retries("create", dest, lambda: self.fs.create_dir(posixpath.dirname(dest), recursive=True))
-            with_retries("rename", dest, lambda: self.fs.move(path, dest))
-        else:
-            with_retries("copy", dest, lambda: pafs.copy_files(path, dest, source_filesystem=self.fs,
-                                                              destination_filesystem=self.fs))
-            self.delete_dir(path)
         warn(f"{path}: its {MANIFEST} is damaged, so it cannot be verified or resumed from; its files "
              f"were moved to {dest} for you to inspect (trainkit never deletes them)")
         return posixpath.relpath(dest, self.run_path)
@@ -745,11 +630,3 @@ def _file_type():
     import pyarrow.fs as pafs
 
     return pafs.FileType
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -22,7 +22,7 @@ from trainkit._internal.metrics import validate_metrics
 from trainkit._internal.naming import validate_name
 from trainkit._internal.storage import report_records
 from trainkit._internal.storage import run_storage as storage_mod
-from trainkit._internal.storage.capabilities import capabilities
+from trainkit._internal.storage.stores import store_of
 from trainkit._internal.worker.context_types import CheckpointUploadMode, TrainContext
 from trainkit._internal.worker.events import Report
 from trainkit.checkpoint import Checkpoint, ReportedCheckpoint, ReportedCheckpointStatus
@@ -158,7 +158,7 @@ class Session:
             return storage_mod.upload_dir(checkpoint.path, self.storage.fs, tmp_path, **where)
 
         if mode is not CheckpointUploadMode.NO_UPLOAD and checkpoint_upload_fn is None \
-                and capabilities(checkpoint.filesystem).local_paths:
+                and store_of(checkpoint.filesystem).local_paths:
             try:
                 storage_mod.local_files(checkpoint.path)  # refuses links and FIFOs before any upload, in any mode
             except BaseException as exc:
@@ -166,7 +166,7 @@ class Session:
                 raise
         if mode is CheckpointUploadMode.ASYNC:
             self._background(lambda: deliver(upload, in_background=True))
-        elif mode is CheckpointUploadMode.SYNC and checkpoint_upload_fn is None and self.storage.capabilities.local_paths:
+        elif mode is CheckpointUploadMode.SYNC and checkpoint_upload_fn is None and self.storage.store.local_paths:
             # The files are in storage when report() returns; their sha256s (needed only at the
             # driver's commit) are computed in the background, off the training thread.
             try:
