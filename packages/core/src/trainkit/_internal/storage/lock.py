@@ -13,8 +13,9 @@ clocks (a wall clock stepped by NTP or a VM resume must not hand a live run to a
 Both claims are exclusive: the lease is created with an atomic create-if-absent
 (``create_exclusive``: ``link`` on POSIX, ``PutObject`` with ``If-None-Match: *`` on S3), and a
 takeover first claims a marker named after the dead lease's token the same way, so of any number
-of contenders exactly one wins; the dead lease is then deleted only while it is still exactly as
-judged (a driver that beats again, late, keeps its run). A create whose answer was lost (its retry
+of contenders exactly one wins; the dead lease is then deleted only if it is still exactly as
+judged (a driver that beats again before that look keeps its run; one that beats between the look
+and the delete finds its lease taken at its next beat and stops writing: ``check``). A create whose answer was lost (its retry
 meets 412) reads the object back and counts as won when it holds this call's bytes. Where no such
 primitive exists (other ``pyarrow`` filesystems, or S3 without boto3) the lease is written and read
 back, which two drivers starting in the same instant can both pass: trainkit warns once.

@@ -248,7 +248,8 @@ def download_dir(fs: "pafs.FileSystem", src: str, local_dir: str, fresh: bool = 
     store = store_of(fs)
     try:
         os.makedirs(local_dir, exist_ok=True)
-        root = files_root(fs, src)  # the folder the manifest commits (an in-place upload's), and the manifest
+        # where a checkpoint may be uploaded in place, the folder its manifest commits, and the manifest
+        root = files_root(fs, src) if store.uploads_in_place else src
         store.copy_dir_to_local(fs, root, local_dir)
         if root != src:
             with open_input(fs, posixpath.join(src, MANIFEST)) as f, open(os.path.join(local_dir, MANIFEST), "wb") as out:
@@ -533,7 +534,8 @@ class RunStorage:
                 swept.append(info.base_name)
                 continue
             if info.type != _file_type().Directory:
-                if info.base_name.startswith(TMP_PREFIX):  # a probe, a state or lease write a crash cut off
+                # a probe, a state or lease write a crash cut off (a heartbeat writing now beats again next time)
+                if info.base_name.startswith(TMP_PREFIX):
                     self.delete_file(info.base_name)
                 continue
             if info.base_name.startswith(TMP_PREFIX):

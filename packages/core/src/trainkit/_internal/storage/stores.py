@@ -18,10 +18,10 @@ Every method here does one storage operation once; ``RunStorage`` retries it and
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import shutil
-import threading
 import uuid
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -139,14 +139,19 @@ class LocalStore(Store):
 
     def replace(self, fs: "pafs.FileSystem", path: str, data: bytes, prev: str | None = None) -> None:
         folder, name = os.path.split(path)
-        tmp = os.path.join(folder, f"{TMP_PREFIX}{name}.{os.getpid()}.{threading.get_ident()}")  # one per writer
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if prev is not None and os.path.exists(path):
-            os.replace(path, prev)
-        os.replace(tmp, path)
+        tmp = os.path.join(folder, f"{TMP_PREFIX}{name}.{uuid.uuid4().hex}")  # one per write, on any host
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            if prev is not None and os.path.exists(path):
+                os.replace(path, prev)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)  # a full disk leaves nothing behind
+            raise
         _fsync_dir(folder)
 
     def create_exclusive(self, fs: "pafs.FileSystem", path: str, data: bytes) -> bool:
