@@ -114,12 +114,14 @@ def test_r10_second_driver_on_same_run_fails_fast(ray_cluster, run_config, figur
     while not os.path.exists(lock):
         time.sleep(0.05)
     start = time.monotonic()
-    with pytest.raises(RunLockedError, match="another driver"):
-        DataParallelTrainer(wait_for_release, run_config=config).fit()
-    elapsed = time.monotonic() - start
-    open(os.path.join(config.storage_path, "release"), "w").close()
-    release.set()
-    first.join(60)
+    try:
+        with pytest.raises(RunLockedError, match="another driver"):
+            DataParallelTrainer(wait_for_release, run_config=config).fit()
+        elapsed = time.monotonic() - start
+    finally:  # whatever the second driver did, the first finishes: the module's next tests need the cluster
+        open(os.path.join(config.storage_path, "release"), "w").close()
+        release.set()
+        first.join(60)
     figure("R10", f"second driver on the same run rejected in {elapsed * 1000:.0f} ms with RunLockedError; "
                   "the first finished normally")
     assert elapsed < 30 and not os.path.exists(lock)  # the first driver waits until released: not queued behind it

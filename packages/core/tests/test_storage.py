@@ -230,3 +230,39 @@ def test_a_sweep_racing_a_late_writer_never_fails_and_the_next_one_cleans_up(sto
         writer.wait()
     storage.sweep(["checkpoint_000000"])
     assert sorted(os.listdir(storage.run_path)) == ["checkpoint_000000"]
+
+
+class SweptUnderTheProbe:
+    """``pyarrow.fs.PyFileSystem`` handler over the local disk on which the driver already running the
+    run sweeps it (a real ``RunStorage.sweep``) as another driver's preflight reads its probe back."""
+
+    def __new__(cls, root: str, name: str, sweeps: int):
+        from trainkit.testing.faultfs import FaultyHandler
+
+        class Handler(FaultyHandler):
+            def __init__(self):
+                super().__init__([])
+                self.sweeps = 0
+
+            def __reduce__(self):
+                return SweptUnderTheProbe, (root, name, sweeps)
+
+            def open_input_stream(self, path):
+                if "/.tmp-probe-" in path and self.sweeps < sweeps:
+                    self.sweeps += 1
+                    RunStorage(root, name).sweep()  # the running driver's, on the plain local disk
+                return super().open_input_stream(path)
+
+        return Handler()
+
+
+@pytest.mark.parametrize("sweeps", [1, 3])  # 3: every probe preflight writes
+def test_a_preflight_whose_probe_the_running_driver_swept_still_passes(tmp_path, sweeps):
+    """A second driver checks the storage while the first sweeps the run: it must get as far as the
+    lock (RunLockedError), not fail on its vanished probe (FileNotFoundError: CI caught it in R10)."""
+    import pyarrow.fs as pafs
+
+    handler = SweptUnderTheProbe(str(tmp_path), "busy", sweeps)
+    RunStorage(str(tmp_path), "busy", filesystem=pafs.PyFileSystem(handler)).preflight()
+    assert handler.sweeps == sweeps
+    assert not [n for n in os.listdir(tmp_path / "busy") if n.startswith(".tmp-")]

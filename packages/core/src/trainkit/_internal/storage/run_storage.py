@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 
 STATE = "run_state.json"
 METRICS = "metrics.jsonl"
+PROBES = 3  # preflight round trips, each of which the run's driver may sweep away
 DEBRIS_RETRY_S = (0.1, 0.5)  # a sweep tries a folder a late writer keeps filling again after these
 QUARANTINE = ".quarantine"  # checkpoints with a damaged manifest, kept for the user
 REPORTS = ".reports"  # the ranks' durable records of reports (report_records), swept once committed
@@ -419,16 +420,25 @@ class RunStorage:
     # -- plain files ---------------------------------------------------------------------------
     def preflight(self) -> None:
         """Create the run directory and prove it writable and readable, before any worker starts."""
-        probe = self.path(f"{TMP_PREFIX}probe-{uuid.uuid4().hex}")
         self.store.check_run_dir(self.root, self.run_path)
+
         def probe_round_trip() -> None:
             self.fs.create_dir(self.run_path, recursive=True)
-            with self.fs.open_output_stream(probe) as f:
-                f.write(b"trainkit")
-            with self.fs.open_input_stream(probe) as f:
-                if f.read() != b"trainkit":
+            for _ in range(PROBES):  # a driver running this run sweeps probes: one may vanish under us
+                probe = self.path(f"{TMP_PREFIX}probe-{uuid.uuid4().hex}")
+                with self.fs.open_output_stream(probe) as f:
+                    f.write(b"trainkit")
+                try:
+                    with self.fs.open_input_stream(probe) as f:
+                        data = f.read()
+                except FileNotFoundError:
+                    continue  # written, then swept: try another
+                if data != b"trainkit":
                     raise OSError(f"read back different bytes from {probe}")
-            self.fs.delete_file(probe)
+                with contextlib.suppress(FileNotFoundError):
+                    self.fs.delete_file(probe)
+                return
+            # each probe was written and then swept by the run's driver: writable, and its lock tells the rest
 
         with_retries("preflight of storage", redact(self.run_path), probe_round_trip)
 
