@@ -653,6 +653,10 @@ HANDOFF_JOB = textwrap.dedent('''
 
     if os.environ.get("COPY_STDOUT"):
         sys.stdout = Copy(sys.stdout)
+    if os.environ.get("GO_FILE"):  # fit when told, at the same moment as another process
+        print("READY", flush=True)
+        while not os.path.exists(os.environ["GO_FILE"]):
+            time.sleep(0.01)
     print("BEFORE FIT", flush=True)
     try:
         result = trainkit.DataParallelTrainer(
@@ -716,6 +720,29 @@ def test_a_fit_in_a_process_without_ray_runs_in_the_spare_driver(warm_env):
                           cwd=warm_env["code"], env=warm_env["env"], capture_output=True, text=True, timeout=300)
     result = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
     assert result["error"] == "StorageError" and "a-file" in result["message"] and not result["ray_imported"], result
+
+
+def test_two_fits_at_once_each_run_once_one_of_them_in_the_spare_driver(warm_env):
+    """Two processes fit at the same moment: the spare takes one run, and the other (queued behind
+    it and refused, or finding its socket gone) runs its fit itself; each run ran once, with its own
+    process's environment, and both finish."""
+    up = _cli(warm_env, "up", "--idle-timeout", "0", "--prewarm", "none", "--spares", "0", "--json")
+    assert up.returncode == 0, up.stderr
+    _spare_driver(warm_env, up)
+    go = warm_env["tmp"] / "go"
+    procs = [_handoff_job(warm_env, f"twin-{i}", 6, env={"USER_SETTING": f"twin {i}", "GO_FILE": str(go)})
+             for i in range(2)]
+    for proc in procs:
+        assert proc.stdout.readline().strip() == "READY", proc.communicate()
+    go.touch()
+    results = [_handoff_result(proc)[0] for proc in procs]
+    assert [r["setting"] for r in results] == ["twin 0", "twin 1"] and all(r["value"] == 6 and r["returned"]
+                                                                          for r in results), results
+    print("ray imported by each:", [r["ray_imported"] for r in results])
+    assert False in [r["ray_imported"] for r in results]  # one was handed off (the other too, if a new spare was quick)
+    for i in range(2):
+        metrics = (warm_env["tmp"] / "runs" / f"twin-{i}" / "metrics.jsonl").read_text().splitlines()
+        assert len(metrics) == 1, metrics  # run once
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
