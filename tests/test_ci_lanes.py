@@ -62,8 +62,10 @@ NOXFILE = textwrap.dedent('''
     @nox.session(venv_backend="none")
     def stuck(session):
         # a grandchild that ignores SIGTERM: only SIGKILL to the session's group ends it
+        # its pid file appears whole (written aside, then renamed): the test reads it once it exists
         code = ("import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                "open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)")
+                "open(sys.argv[1] + '.part', 'w').write(str(os.getpid())); "
+                "os.replace(sys.argv[1] + '.part', sys.argv[1]); time.sleep(600)")
         subprocess.run([sys.executable, "-c", code, str(HERE / "stuck.pid")])
 ''')
 
