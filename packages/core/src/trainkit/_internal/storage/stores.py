@@ -199,6 +199,7 @@ class LocalStore(Store):
 class ObjectStore(Store):
     uploads_in_place = True
     _warned_not_exclusive: ClassVar[bool] = False  # once a process
+    _no_exclusive_hint: ClassVar[str] = ""  # how to get an atomic create, named in that warning
 
     def open_input(self, fs: "pafs.FileSystem", path: str) -> Any:
         return fs.open_input_stream(path)
@@ -230,8 +231,6 @@ class ObjectStore(Store):
             return False
         with_retries("write", path, lambda: self.replace(fs, path, data))
         return _holds(self, fs, path, data)
-
-    _no_exclusive_hint = ""
 
     def install(self, run: Any, tmp_path: str, final: str, manifest: str) -> None:
         """Copy the files over (an old checkpoint of this name loses its manifest first, so it is never
