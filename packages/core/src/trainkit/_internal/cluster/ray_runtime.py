@@ -12,18 +12,16 @@ its auth token with the default umask (0644). The embedded cluster's directories
 0700 directory of the user's (``$TMPDIR/trainkit-<uid>/ray``) and the token (``~/.ray/auth_token``)
 is 0600.
 
-Ray internals: to start and stop faster and to drop one console warning, trainkit patches a few
-of Ray's private functions while it starts the embedded cluster (the pyproject bounds Ray to the
-releases tested with them): no autoscaler monitor, log monitor or API server; stand-ins for the
-two per-node agents (``ray_agent_stub.py``: no dashboard agent, the runtime env agent on first
-use); 20 ms socket retries; a worker entry point that imports pydantic only when used and starts
-the worker forked from a fork server that imported the framework once for the cluster
-(``ray_worker_main.py``, ``start_fork_server``); a 20 ms poll for the raylet's registration; a parallel stop at exit.
-``TRAINKIT_RAY_PATCHES=0`` turns them off: Ray's own code paths, slower, everything else the same
-(loopback, private files and the cluster's own session included).
-
-Own session: the embedded cluster's processes are not in the driver's process group (see
-``_always_patches``), so a signal to that group stops the driver's run before the cluster.
+Ray internals: to start and stop faster, trainkit replaces a few of Ray's private functions while
+it starts the embedded cluster, each only on the Ray releases it was tested on and where its target
+is as expected (``ray_patches.py``; ``TRAINKIT_RAY_PATCHES=0`` turns them all off): no autoscaler
+monitor, log monitor or API server; stand-ins for the two per-node agents (``ray_agent_stub.py``);
+20 ms socket retries; a worker entry point that imports pydantic only when used and starts the worker
+forked from a fork server that imported the framework once for the cluster (``ray_worker_main.py``,
+``start_fork_server``); a 20 ms poll for the raylet's registration; the cluster's processes in a
+session of their own (a signal to the driver's process group stops the driver's run before the
+cluster); a parallel stop at exit. Without them: Ray's own code paths, slower, with loopback and the
+private files kept. Every read of a Ray private is in ``ray_private.py``.
 """
 
 from __future__ import annotations
@@ -39,7 +37,7 @@ import time
 from typing import TYPE_CHECKING, Callable, Iterator
 from pathlib import Path
 
-from trainkit._internal.cluster import forkserver, ray_worker_main, warm, watchdog
+from trainkit._internal.cluster import forkserver, ray_patches, ray_private, ray_worker_main, warm, watchdog
 from trainkit._internal.cluster.userdir import private_dir
 
 if TYPE_CHECKING:
@@ -66,9 +64,7 @@ def _ensure_ray(framework: type[BackendConfig] | None, scripts: bool, init_kwarg
     if ray.is_initialized():
         return
     quiet = {"logging_level": logging.ERROR, "log_to_driver": False, "namespace": "trainkit"}
-    patched = _patched()
-    if patched:
-        _hide_worker_pool_warning()
+    ray_patches.quiet_worker_pool_warning()
     if os.environ.get("RAY_ADDRESS"):
         ray.init(**quiet)
         return
@@ -76,68 +72,77 @@ def _ensure_ray(framework: type[BackendConfig] | None, scripts: bool, init_kwarg
         if (record := warm.attachable()) is not None and _attach_warm(ray, record, quiet):
             return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if not _forks_workers():
+    if not _forks_workers() or not ray_patches.enabled("lean_node"):  # (the workers' entry point)
         framework = None
-    # single-machine mode for the cluster's own processes, which inherit it as ray.init starts them;
-    # then this process's environment is as it was: a `ray start` it runs later (a node of a real
-    # cluster) must not inherit it, or Ray refuses to join ("not supported on Windows and OSX")
-    single_machine = os.environ.get(SINGLE_MACHINE), ray._private.ray_constants.ENABLE_RAY_CLUSTER
-    os.environ[SINGLE_MACHINE] = "0"
-    ray._private.ray_constants.ENABLE_RAY_CLUSTER = False  # this process read the flag at import
+    forking = bool(framework or os.environ.get(ray_worker_main.WORKERS_ENV))
+    init_kwargs["_system_config"] = {**ray_patches.system_config(forking), **(init_kwargs.get("_system_config") or {})}
     _private_auth_token()
-    notice = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    with _embedded_start():
+        try:
+            # the fork server loads while Ray starts; the raylet, so its workers, inherit its address
+            if framework is not None:
+                ahead, _ahead = _ahead, None  # this thread's, for this framework and still up: taken
+                address = _fork_server_address() if ahead == (framework, _fork_server, threading.get_ident()) \
+                    and _fork_server.poll() is None else start_fork_server(framework)
+                os.environ[ray_worker_main.WORKERS_ENV] = address
+                if scripts:
+                    os.environ[forkserver.ENV] = address
+            # address="local": an embedded cluster, never one that `ray start` (or another process's
+            # test cluster) recorded in /tmp/ray; a cluster is joined only through RAY_ADDRESS.
+            ray.init(address="local", include_dashboard=False, _node_ip_address="127.0.0.1",
+                     _temp_dir=str(private_dir() / "ray"), **quiet, **init_kwargs)
+        except BaseException:
+            stop_fork_server()
+            raise
+    global _embedded_node
+    _embedded_node = node = ray_private.global_node()
+    _check_loopback(node)
+    atexit.register(_stop_embedded_cluster)  # runs before Ray's own exit hook (atexit is LIFO)
+    watchdog.start([info.process.pid for infos in ray_private.node_processes(node).values() for info in infos]
+                   + ([_fork_server.pid] if _fork_server is not None else []))
+
+
+@contextlib.contextmanager
+def _embedded_start() -> Iterator[None]:
+    """While ``ray.init`` starts the embedded cluster: the settings (``ray_patches.SETTINGS_ENV``) in
+    the environment its processes inherit, this process's single-machine flag, Ray's token notice
+    silenced and the patches applied; all undone after. This process's environment is then as it
+    was: a `ray start` it runs later (a node of a real cluster) must not inherit single-machine
+    mode, or Ray refuses to join ("not supported on Windows and OSX")."""
+    environ_before = {name: os.environ.get(name)
+                      for name in (*ray_patches.SETTINGS_ENV, ray_worker_main.WORKERS_ENV, forkserver.ENV)}
+    os.environ.update(ray_patches.SETTINGS_ENV)
+    loopback_before = ray_patches.set_single_machine(True)  # this process read the flag at import
+    notice = logging.getLogger(ray_private.TOKEN_NOTICE_LOGGER)
     level = notice.level
     notice.setLevel(logging.ERROR)
-    patches = [*_start_patches(ray), *_always_patches(ray)] if patched else _always_patches(ray)
-    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
-    for owner, name, replacement in patches:
-        setattr(owner, name, replacement)
-    # Ray starts its workers at nice 15. Where the kernel weighs processes against each other rather
-    # than by session (a container, a Kubernetes pod, a systemd service: no autogroup), a rank beside
-    # one busy nice-0 process gets 36/1060 of a core (CFS weights), where a torchrun rank gets half
-    # (measured here in one CPU cgroup on one core: a fixed loop took 44.8 s at nice 15, 2.3 s at 0).
-    # The embedded cluster's workers, and what they start, keep the driver's priority.
-    init_kwargs["_system_config"] = {"worker_niceness": 0, **(_FAST_SOCKET_RETRIES if patched else {}),
-                                     **(_FORKING if framework or os.environ.get(ray_worker_main.WORKERS_ENV) else {}),
-                                     **(init_kwargs.get("_system_config") or {})}
-    if patched:
-        ray_worker_main.lazy_pydantic()  # the workers' own is in ray_worker_main, their entry point
-    # the fork server loads while Ray starts; the raylet, so its workers, inherit its address
-    fork_env = (ray_worker_main.WORKERS_ENV, forkserver.ENV)
-    environ_before = {name: os.environ.get(name) for name in fork_env}
+    patched = ray_patches.apply(ray_patches.start_replacements(
+        worker_path=str(Path(__file__).with_name("ray_worker_main.py")),
+        agent_stub=str(Path(__file__).with_name("ray_agent_stub.py"))))
+    ray_patches.lazy_pydantic()  # the workers' own is in ray_worker_main, their entry point
     try:
-        if framework is not None:
-            ahead, _ahead = _ahead, None  # this thread's, for this framework and still up: taken
-            address = _fork_server_address() if ahead == (framework, _fork_server, threading.get_ident()) \
-                and _fork_server.poll() is None else start_fork_server(framework)
-            os.environ[ray_worker_main.WORKERS_ENV] = address
-            if scripts:
-                os.environ[forkserver.ENV] = address
-        # address="local": an embedded cluster, never one that `ray start` (or another process's
-        # test cluster) recorded in /tmp/ray; a cluster is joined only through RAY_ADDRESS.
-        ray.init(address="local", include_dashboard=False, _node_ip_address="127.0.0.1",
-                 _temp_dir=str(private_dir() / "ray"), **quiet, **init_kwargs)
-    except BaseException:
-        stop_fork_server()
-        raise
+        yield
     finally:
+        ray_patches.restore(patched)
         notice.setLevel(level)
-        for owner, name, original in originals:
-            setattr(owner, name, original)
-        environ, ray._private.ray_constants.ENABLE_RAY_CLUSTER = single_machine
-        for name, value in {SINGLE_MACHINE: environ, **environ_before}.items():
+        if loopback_before is not None:
+            ray_patches.set_single_machine(loopback_before)
+        for name, value in environ_before.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-    global _embedded_node
-    _embedded_node = ray._private.worker._global_node
-    if patched:
-        atexit.register(_stop_embedded_cluster)  # runs before Ray's own exit hook (atexit is LIFO)
-    node = getattr(ray._private.worker, "_global_node", None)
-    processes = getattr(node, "all_processes", None) or {}
-    watchdog.start([info.process.pid for infos in processes.values() for info in infos]
-                   + ([_fork_server.pid] if _fork_server is not None else []))
+
+
+def _check_loopback(node: object) -> None:
+    """Warn where the embedded cluster's node is not on loopback (a Ray without the single-machine
+    flag, set before Ray was imported: ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` keeps it there)."""
+    address = getattr(node, "node_ip_address", "127.0.0.1")
+    if not address.startswith("127."):
+        logging.getLogger("trainkit").warning(
+            "the embedded Ray cluster listens on %s, not only on loopback (Ray %s has no single-machine flag "
+            "trainkit can set): set RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 before Ray is imported to keep it there",
+            address, ray_patches.ray_version())
 
 
 @contextlib.contextmanager
@@ -170,13 +175,9 @@ def _ray_connected() -> bool:
 
 
 def _forks_workers() -> bool:
-    """An embedded cluster's workers fork from a fork server (on unless turned off)."""
-    return _patched() and os.environ.get(FORK_WORKERS, "1") != "0"
-
-
-def _patched() -> bool:
-    """Ray's internals patched to start fast (the module docstring; ``TRAINKIT_RAY_PATCHES=0``: not)."""
-    return os.environ.get("TRAINKIT_RAY_PATCHES", "1").lower() not in ("0", "false", "no")
+    """An embedded cluster's workers may fork from a fork server (on unless turned off; it needs Ray's
+    worker entry point patched, which ``ensure_ray`` checks once Ray is imported)."""
+    return ray_patches.switched_on() and ray_patches.tested_release() and os.environ.get(FORK_WORKERS, "1") != "0"
 
 
 def _fork_server_address() -> str:
@@ -259,7 +260,7 @@ def _attach_warm(ray, record: dict, quiet: dict) -> bool:
     _warm_vital = {kind: (int(found[0]), str(found[1])) for kind, found in record.get("processes", {}).items()
                    if kind in _VITAL and found[1]}
     warm.touch()
-    if _patched():
+    if ray_patches.switched_on():
         atexit.register(_leave_warm)  # before Ray's own exit hook (atexit is LIFO)
     return True
 
@@ -325,41 +326,9 @@ def embedded_cluster_down() -> str | None:
 SINGLE_MACHINE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's single-machine mode, servers on loopback
 
 
-def _start_patches(ray) -> list[tuple[object, str, object]]:
-    """(owner, attribute, replacement) for the embedded cluster's start, each only where this Ray
-    release has what it replaces (see the module docstring)."""
-    services, node_cls, utils = ray._private.services, ray._private.node.Node, ray._private.utils
-    patches = [(services, "get_node", _polling_get_node(ray, services.get_node)),
-               (node_cls, "__init__", _lean_node_init(node_cls.__init__)),
-               (node_cls, "start_api_server", lambda self, **_: None)]  # no dashboard/job API: trainkit uses neither
-    if hasattr(ray._raylet, "wait_for_persisted_port"):  # agents report their ports in files (not Ray 2.40)
-        patches.append((services, "start_ray_process", _lean_raylet(services.start_ray_process)))
-        if hasattr(utils, "get_dashboard_dependency_error"):  # it only picks flags for the agent replaced
-            patches.append((utils, "get_dashboard_dependency_error", lambda: None))
-    return patches
-
-
-def _always_patches(ray) -> list[tuple[object, str, object]]:
-    """The embedded cluster's processes (GCS, raylet, and through the raylet its workers and agents)
-    start in a session of their own: a signal to the driver's process group (Slurm's SIGTERM, the
-    terminal's SIGHUP or Ctrl-C) reaches the driver alone, which stops its run cleanly and then the
-    cluster. Ray's fate sharing still holds: they are SIGKILLed when the driver thread that started
-    them ends (``PR_SET_PDEATHSIG``), and the watchdog reaps what they started."""
-    services = ray._private.services
-
-    class OwnSessionPopen(services.ConsolePopen):
-        def __init__(self, *args, **kwargs):
-            kwargs.setdefault("start_new_session", True)
-            super().__init__(*args, **kwargs)
-
-    return [(services, "ConsolePopen", OwnSessionPopen)]
-
-
 def embedded_node() -> object | None:
     """The node of the embedded cluster when this process started the one it is connected to."""
-    import ray
-
-    node = getattr(ray._private.worker, "_global_node", None)
+    node = ray_private.global_node()
     return node if node is not None and node is _embedded_node else None
 
 
@@ -385,21 +354,17 @@ def _private_auth_token() -> None:
     """Ray's token for a new local cluster (``~/.ray/auth_token``), created 0600 before Ray would
     create it 0644; an existing one of this user's is made 0600. Ray releases without token
     authentication are left alone."""
-    try:
-        from ray._private.authentication.authentication_token_generator import generate_new_authentication_token
-        from ray._private.authentication.authentication_token_setup import _get_default_token_path
-    except ImportError:
+    auth = ray_private.token_auth()
+    if auth is None or os.environ.get("RAY_AUTH_MODE", "token").lower() != "token" or os.environ.get("RAY_AUTH_TOKEN"):
         return
-    if os.environ.get("RAY_AUTH_MODE", "token").lower() != "token" or os.environ.get("RAY_AUTH_TOKEN"):
-        return
-    path = _get_default_token_path()
+    path, new_token = auth
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     if not path.exists():
         # written whole beside it, then linked into place: drivers starting at the same moment find
         # one token, whole, never an empty file
         partial = path.with_name(f".{path.name}.{os.getpid()}")
         with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-            f.write(generate_new_authentication_token())
+            f.write(new_token())
         try:
             os.link(partial, path)
         except FileExistsError:
@@ -408,102 +373,6 @@ def _private_auth_token() -> None:
             partial.unlink()
     if path.stat().st_uid == os.getuid() and path.stat().st_mode & 0o077:
         path.chmod(0o600)
-
-
-def _hide_worker_pool_warning() -> None:
-    """The raylet warns on the driver's console when it starts more Python workers than 4x the
-    machine's cores (16 workers with fractional CPUs on 2 cores): for a trainer that asked for
-    exactly that, the warning is noise. Every other raylet message still prints."""
-    import ray._private.worker as ray_worker
-
-    shown = ray_worker.print_to_stdstream
-    if getattr(shown, "trainkit_filtered", False):
-        return
-
-    def print_to_stdstream(data, ignore_prefix):
-        lines = [line for line in data.get("lines", []) if "worker processes have been started" not in line]
-        if lines:
-            shown({**data, "lines": lines}, ignore_prefix)
-
-    print_to_stdstream.trainkit_filtered = True
-    ray_worker.print_to_stdstream = print_to_stdstream
-
-
-def _lean_node_init(full_init):
-    """An embedded single-machine cluster needs neither Ray's autoscaler monitor (fixed resources)
-    nor its log monitor (trainkit forwards worker output itself). On 2 cores their start-up competes
-    with everything else: dropping them and the API server takes ``ray.init`` from 2.3-3.2 s to 1.7 s.
-    Its workers start from ``ray_worker_main.py`` (Ray's worker, without pydantic unless imported)."""
-
-    def init(self, ray_params, *args, **kwargs):
-        ray_params.no_monitor = True
-        ray_params.include_log_monitor = False
-        ray_params.worker_path = str(Path(__file__).with_name("ray_worker_main.py"))
-        full_init(self, ray_params, *args, **kwargs)
-
-    return init
-
-
-# A raylet connects to its own object store's socket while another thread of it is still creating
-# that socket; it then sleeps 1 s (Ray's default) before the next try: 1 s added to every 12th
-# start on a quiet machine, to most starts on a busy one. 20 ms tries, the same 10 s in all.
-_FAST_SOCKET_RETRIES = {"raylet_client_connect_timeout_milliseconds": 20, "raylet_client_num_connect_attempts": 500}
-
-# Where workers fork, a worker registers once the fork server loaded the framework (it loads while
-# Ray starts): no prestarted worker for the first driver, whose ray.init waited for one (0.6 -> 3 s),
-# and room for that load on a busy machine in Ray's 60 s for a worker to register (then it is killed).
-_FORKING = {"prestart_worker_first_driver": False, "worker_register_timeout_seconds": 180}
-
-_UNUSED_AGENT_PORTS = ("dashboard_agent_listen_port", "metrics_agent_port", "metrics_export_port")
-
-
-def _lean_raylet(start_ray_process):
-    """The raylet of an embedded cluster starts stand-ins (``ray_agent_stub.py``) for Ray's two
-    per-node agents, which cost 1.2 s of CPU at every start and which the raylet waits for (their
-    ports) before it registers. The dashboard agent serves the dashboard, metrics and log APIs, none
-    of which the embedded cluster runs (without ``ray[default]`` it loads no module at all): its
-    ports are written as "not in use" (-1, what Ray's own minimal agent writes). The runtime env
-    agent is started on first use: ``runtime_env`` works as usual, a first use waits for it once."""
-
-    def start(command, process_type, *args, **kwargs):
-        flags = dict(arg[2:].split("=", 1) for arg in command if arg.startswith("--") and "=" in arg) \
-            if process_type == "raylet" else {}
-        if {"session_dir", "node_id", "dashboard_agent_command", "runtime_env_agent_command"} <= flags.keys():
-            for name in _UNUSED_AGENT_PORTS:
-                Path(flags["session_dir"], f"{name}_{flags['node_id']}").write_text("-1")
-            stub = subprocess.list2cmdline([sys.executable, "-S", str(Path(__file__).with_name("ray_agent_stub.py"))])
-            command = [_with_agent_stub(arg, stub) for arg in command]
-        return start_ray_process(command, process_type, *args, **kwargs)
-
-    return start
-
-
-def _with_agent_stub(arg: str, stub: str) -> str:
-    dashboard, runtime_env = "--dashboard_agent_command=", "--runtime_env_agent_command="
-    if arg.startswith(dashboard):
-        return dashboard + stub
-    if arg.startswith(runtime_env):
-        return f"{runtime_env}{stub} --on-first-use {arg[len(runtime_env):]}"
-    return arg
-
-
-def _polling_get_node(ray, slow_get_node):
-    """``ray.init`` waits for its raylet to register by asking the GCS in 1-second sleeps, so a
-    raylet ready after 0.7 s costs 1 s (1.5 s costs 2 s). Polling the node table every 20 ms first
-    makes that wait end when the raylet is ready. Any surprise falls back to Ray's own call."""
-
-    def get_node(gcs_address, node_id):
-        try:
-            state = ray._private.state.GlobalState()
-            state._initialize_global_state(ray._private.services._get_gcs_client_options(gcs_address))
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and not any(n.get("NodeID") == node_id for n in state.node_table()):
-                time.sleep(0.02)
-        except Exception:  # noqa: BLE001 - Ray's internals moved: its own wait still works
-            pass
-        return slow_get_node(gcs_address, node_id)
-
-    return get_node
 
 
 def watch_embedded_cluster(on_down: Callable[[str], None], every_s: float = 0.5) -> Callable[[], None]:
@@ -531,52 +400,21 @@ def abandon_embedded_cluster() -> None:
     fit starts a fresh cluster."""
     import ray
 
-    node = embedded_node()
-    for infos in (getattr(node, "all_processes", None) or {}).values():
-        for info in infos:
-            if info.process.poll() is None:
-                info.process.kill()
-    if node is not None:
-        node.kill_all_processes = lambda *_args, **_kwargs: None  # all gone, or going
+    ray_patches.kill_now(embedded_node())
     ray.shutdown()
     stop_fork_server()
     watchdog.stop()
 
 
 def _stop_embedded_cluster() -> None:
-    """Stop the cluster ``ensure_ray`` started, all processes at once.
-
-    Ray's exit hook sleeps 0.5 s, then stops its processes one after another with up to 1 s of
-    grace each: about 2 s added to every script's exit. Here the raylet goes first (it stops its
-    workers and agents), then the rest together with a short grace. Falls back to Ray's own path if
-    its internals change.
-    """
+    """Stop the cluster ``ensure_ray`` started: all its processes at once where patched
+    (``ray_patches.stop_in_parallel``), else as Ray's own exit hook would."""
     import ray
 
-    node = getattr(ray._private.worker, "_global_node", None)
-    processes = getattr(node, "all_processes", None)
-    if not ray.is_initialized() or not isinstance(processes, dict):
+    node = ray_private.global_node()
+    if not ray.is_initialized() or not ray_private.node_processes(node):
         return
-    raylet = [info.process for info in processes.get("raylet", [])]
-    others = [info.process for kind, infos in processes.items() if kind != "raylet" for info in infos]
-
-    def stop(group: list[subprocess.Popen], grace_s: float) -> None:
-        alive = [p for p in group if p.poll() is None]
-        for p in alive:
-            p.terminate()
-        deadline = time.monotonic() + grace_s
-        for p in alive:
-            try:
-                p.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=1.0)
-
-    def kill_all(*_args, **_kwargs) -> None:
-        stop(raylet, grace_s=1.0)  # first and alone: it stops its workers and agents while the GCS is still up
-        stop(others, grace_s=0.2)  # nothing of an embedded cluster outlives it
-
-    node.kill_all_processes = kill_all
+    ray_patches.stop_in_parallel(node)
     ray.shutdown()
     stop_fork_server()
     watchdog.stop()

@@ -11,12 +11,9 @@ Ray keeps it). Refused (another interpreter, an environment the framework would 
 site-packages changed: ``forkserver._refusal``) or with no server listening, the stand-in is the
 worker itself, as without a server.
 
-Ray gives every process a serializer for pydantic's ``ModelField`` (FastAPI's pydantic-v1
-compatibility type) and imports pydantic to do so: 0.2-0.3 s of CPU in the driver and in every
-worker, before the first task runs, where nothing sends such an object. ``lazy_pydantic`` keeps
-Ray's behaviour in a process that has imported pydantic already and skips it elsewhere; every
-other serializer is registered as Ray does. Run as a script (``ray_params.worker_path``), this
-file imports nothing of trainkit.
+Then Ray's worker runs, with pydantic imported only when used (``ray_patches.lazy_pydantic``). Run as
+a script (``ray_params.worker_path``), this file imports nothing of trainkit: it loads the modules it
+needs by their paths.
 """
 
 import importlib.util
@@ -24,52 +21,19 @@ import os
 import signal
 import runpy
 import sys
-import types
 
 WORKERS_ENV = "TRAINKIT_WORKER_FORKSERVER"  # the socket of the fork server the cluster's workers start from
 _STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # what a stand-in ignores: its worker gets them
-_PYDANTIC_COMPAT = ("ray._common.pydantic_compat", "ray._private.pydantic_compat")  # newer Ray, older Ray
 
 
-def _found(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
-
-
-def lazy_pydantic() -> None:
-    import ray.util.serialization_addons as addons
-
-    ray_apply = addons.apply
-    if getattr(ray_apply, "trainkit_lazy_pydantic", False):
-        return
-    compat = next((name for name in _PYDANTIC_COMPAT if _found(name)), None)
-    if compat is None:
-        return
-    no_pydantic = types.ModuleType(compat)
-    no_pydantic.register_pydantic_serializers = lambda context: None
-
-    def apply(context) -> None:
-        if "pydantic" in sys.modules or compat in sys.modules:
-            return ray_apply(context)
-        sys.modules[compat] = no_pydantic  # only while Ray's apply imports it; later imports get Ray's
-        try:
-            return ray_apply(context)
-        finally:
-            del sys.modules[compat]
-
-    apply.trainkit_lazy_pydantic = True
-    addons.apply = apply
-
-
-def _forkserver():
-    """``forkserver.py``, loaded without importing trainkit (the server's own copy in a forked child)."""
-    if (loaded := sys.modules.get("trainkit._internal.cluster.forkserver")) is not None:
+def _sibling(name: str):
+    """This folder's module ``name``, loaded without importing trainkit (the one already loaded, in a
+    forked child or a process that imported trainkit)."""
+    if (loaded := sys.modules.get(f"trainkit._internal.cluster.{name}")) is not None:
         return loaded
-    path = os.path.join(os.path.dirname(__file__), "forkserver.py")
-    spec = importlib.util.spec_from_file_location("_trainkit_forkserver", path)
+    spec = importlib.util.spec_from_file_location(f"_trainkit_{name}", os.path.join(os.path.dirname(__file__), f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 
@@ -77,7 +41,7 @@ def _forkserver():
 def run_forked(address: str) -> int | None:
     """Have the server at ``address`` fork this worker; its exit status (-N: signal N), or None
     when it was not forked (the reason goes to the worker's log)."""
-    forkserver = _forkserver()
+    forkserver = _sibling("forkserver")
     if forkserver.loaded_env is not None:
         return None  # this is the forked child
     # Ray sets OMP_NUM_THREADS when it starts an actor's task (its CPUs, else 1), after the
@@ -106,8 +70,6 @@ def exit_as(code: int) -> None:
 if __name__ == "__main__":
     if (address := os.environ.pop(WORKERS_ENV, None)) and (code := run_forked(address)) is not None:
         exit_as(code)
-    lazy_pydantic()
-    import ray._private.workers
-
-    sys.argv[0] = os.path.join(os.path.dirname(ray._private.workers.__file__), "default_worker.py")
+    _sibling("ray_patches").lazy_pydantic()
+    sys.argv[0] = _sibling("ray_private").default_worker_path()
     runpy.run_path(sys.argv[0], run_name="__main__")

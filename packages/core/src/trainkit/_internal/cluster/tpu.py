@@ -68,7 +68,8 @@ def slice_shape(accelerator_type: str, topology: str) -> SliceShape:
 def free_slices(shape: SliceShape, host_needs: dict[str, float]) -> list[str]:
     """Names of the slices of ``shape`` whose every host is alive and has ``host_needs`` available."""
     import ray
-    from ray._private.state import available_resources_per_node
+
+    from trainkit._internal.cluster.ray_private import available_resources_per_node
 
     available = available_resources_per_node()
     hosts: dict[str, list[str]] = {}

@@ -13,7 +13,8 @@ def workers_that_fit(resources: dict[str, float], avoid_nodes: frozenset[str] = 
     """Workers of ``resources`` each that the cluster's free resources hold now, node by node (not
     counting ``avoid_nodes``)."""
     import ray
-    from ray._private.state import available_resources_per_node
+
+    from trainkit._internal.cluster.ray_private import available_resources_per_node
 
     alive = {node["NodeID"] for node in ray.nodes() if node.get("Alive")}
     needs = {key: amount for key, amount in resources.items() if amount > 0}

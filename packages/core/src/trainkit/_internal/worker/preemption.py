@@ -69,9 +69,9 @@ def agreed_info(session: Any) -> PreemptionInfo | None:
 
 def _draining_nodes() -> dict[str, int]:
     """Ray's draining nodes: node id -> deadline (UNIX ms, 0: none)."""
-    import ray
+    from trainkit._internal.cluster.ray_private import draining_nodes
 
-    return ray._private.state.state.get_draining_nodes() or {}
+    return draining_nodes()
 
 
 class PreemptionWatch:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from typing import Any
 
 logger = logging.getLogger("trainkit")
@@ -22,13 +21,9 @@ def for_workers(env: dict[str, Any] | None) -> dict[str, Any] | None:
     env = dict(env)
     working_dir = env.get("working_dir")
     if working_dir is not None and "://" not in working_dir:
-        import ray._private.worker as ray_worker
-        from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
+        from trainkit._internal.cluster.ray_private import upload_working_dir
 
-        include_gitignore = os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1"
-        env = upload_working_dir_if_needed(env, include_gitignore=include_gitignore,
-                                           scratch_dir=ray_worker.global_worker.node.get_runtime_env_dir_path(),
-                                           logger=logger)
+        env = upload_working_dir(env, logger)
     env.pop("excludes", None)  # of the upload only
     return env
 
