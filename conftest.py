@@ -30,3 +30,15 @@ def pytest_collection_finish(session):
         from trainkit.testing import subprocesses
 
         subprocesses.run([sys.executable, "-c", _BUILD_OPS], check=True, timeout=1800)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "ray_patches: checks what a patch of Ray's internals does (skipped, saying so, "
+                                       "where TRAINKIT_RAY_PATCHES=0 turns them off: nox -s core_unpatched)")
+
+
+def pytest_runtest_setup(item):
+    import pytest
+
+    if item.get_closest_marker("ray_patches") and os.environ.get("TRAINKIT_RAY_PATCHES", "1") == "0":
+        pytest.skip("checks a patch of Ray's internals, and TRAINKIT_RAY_PATCHES=0 turns them off")

@@ -147,13 +147,13 @@ def _install_core(session: nox.Session, *pins: str) -> None:
     session.install("-e", f"{CORE}[data,tune]", *pins)  # core tests cover Ray Data ingest and Tune
 
 
-def _pytest(session: nox.Session, *args: str) -> None:
+def _pytest(session: nox.Session, *args: str, env: dict[str, str] | None = None) -> None:
     # No session.create_tmp(): it moves TMPDIR under .nox/, and Ray's unix socket paths get too long.
     # --durations: every CI log names its slowest tests, where trimming CI time starts.
     # TRAINKIT_WARM_WORKERS=0: a suite's fits of ever-changing shapes would each prestart workers the
     # next fit rarely takes (CPU a 2-core machine lacks); the warm-worker tests turn it on themselves.
     session.run("python", "-m", "pytest", "--durations=25", *args, *session.posargs,
-                env={"TRAINKIT_WARM_WORKERS": os.environ.get("TRAINKIT_WARM_WORKERS", "0")})
+                env={"TRAINKIT_WARM_WORKERS": os.environ.get("TRAINKIT_WARM_WORKERS", "0"), **(env or {})})
 
 
 def _assert_versions(session: nox.Session, pins: dict[str, str]) -> None:
@@ -342,7 +342,21 @@ def packaging(session: nox.Session) -> None:
         shutil.rmtree(env)  # each holds Ray and a framework: keep one at a time on disk
 
 
-CI_SESSIONS.update({"integration(half='features')": 24, "integration(half='faults')": 25, "packaging": 9})
+@nox.session(python=PYTHON)
+@_pruned_on_ci
+def core_unpatched(session: nox.Session) -> None:
+    """Core's suite on Ray's own code paths: ``TRAINKIT_RAY_PATCHES=0`` turns every patch of Ray's
+    internals off (cluster/ray_patches.py). The tests of what a patch does skip, saying so
+    (``@pytest.mark.ray_patches``); every other must pass as it does patched."""
+    row = next(row for row in _matrix(CORE) if row.get("ci"))
+    requirements = [f"{k}=={v}" for k, v in row.items() if k not in ("python", "ci")]
+    _install_core(session, *requirements)
+    session.install(*TRACKING_TEST_DEPS, "import-linter>=2.16", *requirements)
+    _pytest(session, str(CORE.relative_to(ROOT) / "tests"), env={"TRAINKIT_RAY_PATCHES": "0"})
+
+
+CI_SESSIONS.update({"integration(half='features')": 24, "integration(half='faults')": 25, "packaging": 9,
+                    "core_unpatched": 20})
 
 
 @nox.session(venv_backend="none", tags=["ci"])

@@ -48,7 +48,7 @@ print("FORKED", preloaded, any(group is world for group in kept), any(group is s
 def test_each_ranks_script_is_forked_and_keeps_the_groups_it_destroys_until_it_exits(tmp_path):
     """The embedded cluster's fork server forks the scripts (torch imported before their first line).
     A destroyed group is kept until the script exits, as a fresh process keeps it: freed with the DDP
-    model instead, it hung about 1 forked run in 10 under load (forkserver._keep_destroyed_groups).
+    model instead, it hung about 1 forked run in 10 under load (trainkit_torch.fork.keep_destroyed_groups).
     ``destroy_process_group(dist.group.WORLD)`` destroys every group, as no argument does: all kept."""
     script = tmp_path / "forked_ddp.py"
     script.write_text(FORKED_DDP)

@@ -260,3 +260,29 @@ def test_a_held_port_stays_the_ranks_until_its_framework_binds_it(ray_cluster, r
     DataParallelTrainer(lambda: None, backend_config=HoldingConfig(), scaling_config=ScalingConfig(num_workers=2),
                         run_config=run_config()).fit()
     assert seen["taken_by_another"] == [False, False] and seen["served"] == [True, True]
+
+
+def test_a_config_setting_the_deprecated_follow_thread_count_still_forks_and_follows(monkeypatch):
+    """The fork contract replaced ``follow_thread_count``: a plugin written before it warns once, is
+    fork-safe, and its function is called from the default ``after_fork`` with both thread counts."""
+    import warnings
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from trainkit import BackendConfig
+
+    calls = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+
+        @dataclass
+        class OldConfig(BackendConfig):
+            follow_thread_count: ClassVar = staticmethod(lambda loaded, wanted: calls.append((loaded, wanted)))
+
+    assert [w.category for w in caught] == [DeprecationWarning]
+    assert "fork_safe = True" in str(caught[0].message) and "after_fork" in str(caught[0].message)
+    assert OldConfig.fork_safe and not BackendConfig.fork_safe
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    OldConfig.after_fork({"OMP_NUM_THREADS": "1"})
+    OldConfig.after_fork({"OMP_NUM_THREADS": "2"})  # unchanged: nothing to follow
+    assert calls == [(1, 2)]

@@ -10,8 +10,12 @@ import sys
 import time
 import textwrap
 
+import pytest
+
 from trainkit._internal.cluster.userdir import private_dir
 from trainkit.testing import subprocesses
+
+pytestmark = pytest.mark.ray_patches  # forked workers need Ray's worker entry point patched
 
 FRAMEWORK = '''
 import os
@@ -22,14 +26,16 @@ from trainkit import BackendConfig
 LOADED_IN = os.getpid()  # the process that imported this "framework"
 
 
-def follow(loaded, wanted):
-    os.environ["FOLLOWED"] = f"{loaded}->{wanted}"
-
-
 @dataclass
 class ForkConfig(BackendConfig):
     prewarm_modules: ClassVar = ("fork_framework",)
-    follow_thread_count: ClassVar = staticmethod(follow)
+    fork_safe: ClassVar = True
+
+    @classmethod
+    def after_fork(cls, loaded_env):
+        loaded, now = loaded_env.get("OMP_NUM_THREADS"), os.environ.get("OMP_NUM_THREADS")
+        if loaded != now:
+            os.environ["FOLLOWED"] = f"{loaded}->{now}"
 '''
 
 DRIVER = '''

@@ -1,39 +1,14 @@
-"""The embedded cluster: its stand-in for Ray's dashboard agent, and trainkit's patches of Ray internals
-turned off (TRAINKIT_RAY_PATCHES=0)."""
+"""The embedded cluster: its stand-ins for Ray's agents and the other patches of Ray internals
+(test_ray_boundary.py: the switch, untested releases), its priority, token and environment."""
 
 import os
 import subprocess
 import sys
 
+import pytest
+
 import trainkit
 from trainkit.testing import subprocesses
-
-SCRIPT = """
-import ray, trainkit
-from trainkit import DataParallelTrainer, RunConfig, ScalingConfig
-
-def fn():
-    trainkit.report({"world": trainkit.get_context().get_world_size()})
-
-result = DataParallelTrainer(fn, scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
-                             run_config=RunConfig(name="unpatched", storage_path=%r, verbose=0)).fit()
-node = ray._private.worker._global_node
-patched = [name for name, f in [("print_to_stdstream", ray._private.worker.print_to_stdstream),
-                                ("Node.__init__", ray._private.node.Node.__init__)]
-           if getattr(f, "trainkit_filtered", False) or f.__module__.startswith("trainkit")]
-print(result.metrics["world"], node.get_session_dir_path().startswith(%r), patched)
-"""
-
-
-def test_ray_patches_switch_off_and_runs_still_work(tmp_path):
-    from trainkit._internal.cluster.ray_runtime import private_dir
-
-    env = {**os.environ, "TRAINKIT_RAY_PATCHES": "0"}
-    out = subprocesses.run([sys.executable, "-c", SCRIPT % (str(tmp_path), str(private_dir()))], env=env,
-                           capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split("\n")[-2] == "2 True []", out.stdout
-
 
 def test_use_gpu_without_a_gpu_fails_at_once_saying_so(ray_cluster, run_config):
     import pytest
@@ -48,6 +23,7 @@ def test_use_gpu_without_a_gpu_fails_at_once_saying_so(ray_cluster, run_config):
                             run_config=run_config()).fit()
 
 
+@pytest.mark.ray_patches
 def test_the_embedded_raylet_runs_agent_stubs_and_runtime_env_still_works(ray_cluster):
     """No dashboard agent; the runtime env agent only once a task has a runtime_env."""
     import psutil
@@ -74,6 +50,7 @@ def test_the_embedded_raylet_runs_agent_stubs_and_runtime_env_still_works(ray_cl
     assert "ray_agent_stub.py" not in " ".join(psutil.Process(waiting).cmdline())  # it became the real agent
 
 
+@pytest.mark.ray_patches
 def test_the_agent_stub_exits_once_its_raylet_is_gone(processes):
     """A raylet killed outright (SIGKILL) never stops its agents: the stub must not outlive it."""
     import time
@@ -103,6 +80,7 @@ def test_the_agent_stub_exits_once_its_raylet_is_gone(processes):
         raise AssertionError(f"the agent stub (pid {pid}) outlived its raylet by 60 s")
 
 
+@pytest.mark.ray_patches
 def test_the_embedded_raylet_retries_its_store_socket_in_20_ms(ray_cluster):
     """Ray's 1 s retry, when the raylet's object store socket is not there yet, added 1 s to some starts."""
     config = ray_cluster._private.worker._global_node._config
@@ -110,6 +88,7 @@ def test_the_embedded_raylet_retries_its_store_socket_in_20_ms(ray_cluster):
     assert config["raylet_client_connect_timeout_milliseconds"] * config["raylet_client_num_connect_attempts"] >= 10_000
 
 
+@pytest.mark.ray_patches
 def test_embedded_workers_import_pydantic_only_when_used(ray_cluster):
     """Ray imports pydantic (0.2-0.3 s) in every process for one serializer; the embedded cluster's
     workers start from ray_worker_main, which skips that until pydantic is imported."""
@@ -217,6 +196,7 @@ print("stolen:", bool(stolen))
 """
 
 
+@pytest.mark.ray_patches
 def test_the_runtime_env_agents_port_is_never_free_while_it_starts(tmp_path):
     """The stand-in hands its port to the real agent through an exec and the agent's imports; a
     process binding that port meanwhile would leave the agent without it, and the raylet, which

@@ -29,6 +29,8 @@ Example (a framework that needs a coordinator address and its rank on every work
 from __future__ import annotations
 
 import contextlib
+import os
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, ContextManager, Mapping, Protocol, Sequence
 
@@ -162,13 +164,38 @@ class BackendConfig:
     #: still placing and wiring the group (e.g. ``("torch", "torch.distributed")``).
     prewarm_modules: ClassVar[tuple[str, ...]] = ()
 
-    #: Set, the embedded cluster's workers start forked from one process that imported
-    #: ``prewarm_modules`` once for them all (the first trainer's, ``cluster/forkserver.py``). That
-    #: process loads them with ``OMP_NUM_THREADS=1`` (Ray's value for a worker of one CPU) where the
-    #: driver sets none; a forked worker that Ray gives another value (its CPUs) calls
-    #: ``follow_thread_count(loaded, wanted)`` before the training function, to size the
-    #: framework's thread pools as importing it with ``wanted`` would have. A module-level function.
+    #: The fork contract, part one: True where the framework is safe to fork once ``prewarm_modules``
+    #: are imported (the import leaves no thread, device or socket a child would share). Then the
+    #: embedded cluster's workers, and ``trainkit launch``'s scripts, start forked from one process
+    #: that imported them once for all (``cluster/forkserver.py``), with ``OMP_NUM_THREADS=1`` where
+    #: the driver sets none. False (the default): each worker is a fresh interpreter.
+    fork_safe: ClassVar[bool] = False
+
+    @classmethod
+    def after_fork(cls, loaded_env: Mapping[str, str]) -> None:
+        """The fork contract, part two: in each child forked from the process that imported
+        ``prewarm_modules`` with the environment ``loaded_env``, before the user's code runs (a
+        worker: before the training function; a script: before its first line). Redo what the
+        framework sized from that environment where the child's own differs (``os.environ``, e.g.
+        ``OMP_NUM_THREADS``, which Ray sets per worker), and what a fresh process would have that a
+        fork lacks. Default: nothing (a plugin still setting the deprecated ``follow_thread_count``
+        gets it called with the thread counts)."""
+        follow = cls.follow_thread_count
+        loaded, now = loaded_env.get("OMP_NUM_THREADS", ""), os.environ.get("OMP_NUM_THREADS", "")
+        if follow is not None and loaded != now and loaded.isdigit() and now.isdigit():
+            follow(int(loaded), int(now))
+
+    #: Deprecated (use ``fork_safe`` and ``after_fork``): set, ``fork_safe``, and a forked worker
+    #: whose ``OMP_NUM_THREADS`` differs from the one its framework loaded with calls it with both.
     follow_thread_count: ClassVar[Callable[[int, int], None] | None] = None
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("follow_thread_count") is not None:
+            warnings.warn(f"{cls.__qualname__}.follow_thread_count is deprecated: set fork_safe = True and "
+                          "override after_fork(loaded_env) (docs/extending.md, the fork contract)",
+                          DeprecationWarning, stacklevel=2)
+            cls.fork_safe = True
 
     @property
     def backend_cls(self) -> type[Backend]:

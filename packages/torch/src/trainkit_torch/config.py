@@ -3,19 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, ClassVar
+from typing import ClassVar, Mapping
 
 from trainkit import BackendConfig
 from trainkit.validation import check_positive
-
-
-def _follow_thread_count(loaded: int, wanted: int) -> None:
-    """A worker forked from a process that imported torch with ``OMP_NUM_THREADS=loaded``: torch's
-    intra-op pool as importing it with ``wanted`` sizes it, unless the user's code set its own."""
-    import torch
-
-    if torch.get_num_threads() == loaded:
-        torch.set_num_threads(wanted)
 
 
 @dataclass
@@ -31,7 +22,15 @@ class TorchConfig(BackendConfig):
     # torch._dynamo: DistributedDataParallel's constructor imports it (about 800 modules, as long as
     # torch's own import); imported ahead, it is off the training function's path
     prewarm_modules: ClassVar[tuple[str, ...]] = ("torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo")
-    follow_thread_count: ClassVar[Callable[[int, int], None] | None] = staticmethod(_follow_thread_count)
+    fork_safe: ClassVar[bool] = True  # importing torch starts no thread a fork would share
+
+    @classmethod
+    def after_fork(cls, loaded_env: Mapping[str, str]) -> None:
+        """A child forked from the process that imported torch (``fork.py``): its thread pools, and
+        process groups a script destroys kept until it exits."""
+        from trainkit_torch.fork import after_fork
+
+        after_fork(loaded_env)
 
     backend: str | None = None
     init_method: str = "env"

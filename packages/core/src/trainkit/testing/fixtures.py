@@ -37,7 +37,7 @@ def ray_cluster() -> Iterator[Any]:
 @contextlib.contextmanager
 def embedded_cluster(framework: type[BackendConfig] | None = None) -> Iterator[Any]:
     """The embedded cluster ``fit()`` starts, with 4 logical CPUs, this process connected to it; its
-    workers fork from a server that imported ``framework`` (one with ``follow_thread_count``), as
+    workers fork from a server that imported ``framework`` (one that is ``fork_safe``), as
     where that trainer's ``fit()`` starts it. A plugin's conftest may override ``ray_cluster``
     with it so that its tests run on the workers its users get."""
     import ray

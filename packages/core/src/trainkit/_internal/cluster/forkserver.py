@@ -28,8 +28,10 @@ The promise, and where it stops:
 - The child exits as a forked ``multiprocessing`` child does: non-daemon threads joined, ``atexit``
   handlers run, ``__main__``'s globals released and collected (an unclosed file is flushed), stdio
   flushed, then ``os._exit``: the preloaded modules' teardown, which Python does not promise to run
-  either, is skipped (0.2-0.3 s with torch). The process groups a script destroys are kept until
-  then (``_keep_destroyed_groups``), as a fresh process keeps them.
+  either, is skipped (0.2-0.3 s with torch). Before the script's first line, the child runs the
+  framework's ``BackendConfig.after_fork`` (``AFTER_FORK_ENV`` names it): what the framework must
+  redo in a fork (torch: its thread pools, and the process groups a script destroys kept until
+  the exit, as a fresh process keeps them).
 - The child dies with the rank: when the rank's connection closes before the script ended (its
   worker died) the server SIGKILLs the child's process group, and every child gets SIGKILL when the
   server dies (``PR_SET_PDEATHSIG``; not one asked to outlive it, a Ray worker, which Ray ends), the
@@ -56,7 +58,7 @@ import sys
 from typing import Any
 
 ENV = "TRAINKIT_FORKSERVER"  # the socket's path, in the warm cluster's processes
-FOLLOW_ENV = "TRAINKIT_FOLLOW_THREADS"  # in the server: what a forked worker calls when its OMP_NUM_THREADS changed
+AFTER_FORK_ENV = "TRAINKIT_AFTER_FORK"  # in the server: ``module:Class`` whose ``after_fork`` a forked child runs
 # environment variables read while Python or a framework loads (less those read only at run time)
 LOAD_TIME_ENV = ("PYTHON", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "LD_", "LC_", "LANG")
 RUNTIME_READ = frozenset({"PYTHONUNBUFFERED", "PYTHONBREAKPOINT"})
@@ -70,16 +72,17 @@ def load_time_env(env: dict[str, str], runtime_keys: frozenset[str] = frozenset(
 loaded_env: dict[str, str] | None = None  # in a forked child: the environment its preloaded modules loaded with
 
 
-def follow_thread_count() -> None:
-    """In a forked child whose OMP_NUM_THREADS changed since its preloaded modules loaded (Ray
-    sets it as an actor starts): call the function ``FOLLOW_ENV`` names in the server
-    (``module:name``) with the value they loaded with and the value now."""
+def after_fork() -> None:
+    """In a forked child: the framework's ``after_fork(loaded_env)`` (``AFTER_FORK_ENV`` names its
+    config class in the server, ``module:Class``), with the environment its modules loaded with."""
     import importlib
 
-    loaded, now = (loaded_env or {}).get("OMP_NUM_THREADS", ""), os.environ.get("OMP_NUM_THREADS", "")
-    module, _, name = (loaded_env or {}).get(FOLLOW_ENV, "").partition(":")
-    if module and loaded != now and loaded.isdigit() and now.isdigit():
-        getattr(importlib.import_module(module), name)(int(loaded), int(now))
+    module, _, name = (loaded_env or {}).get(AFTER_FORK_ENV, "").partition(":")
+    if module:
+        owner = importlib.import_module(module)
+        for part in name.split("."):
+            owner = getattr(owner, part)
+        owner.after_fork(dict(loaded_env))
 
 
 STALE = "site-packages changed since the fork server started"  # the refusal that retires the server
@@ -537,13 +540,12 @@ def _run(request: dict) -> None:
         setattr(sys, f"__{name}__", stream)
     if "numpy.random" in sys.modules:  # its global generator was seeded in the server: one seed for all
         sys.modules["numpy.random"].seed()
-    if "torch.distributed.distributed_c10d" in sys.modules:
-        _keep_destroyed_groups(sys.modules["torch.distributed.distributed_c10d"])
     code, interrupted = 0, False
     main = types.ModuleType("__main__")  # the script's own: this one (the server's, run as -m) stays as it is
     main.__dict__.update(__builtins__=__builtins__)
     sys.modules["__main__"] = main
     try:
+        after_fork()
         if request["mode"] == "module":
             import runpy
 
@@ -565,32 +567,6 @@ def _run(request: dict) -> None:
         _print_exception()
         code = 1
     _exit(code, interrupted)
-
-
-_destroyed_groups: list = []
-
-
-def _keep_destroyed_groups(c10d: Any) -> None:
-    """Keep the process groups a script destroys until it exits, as a fresh process does. There,
-    ``torch._dynamo``, imported lazily once the script's group exists (DDP imports it), keeps
-    references to the group that outlive the script's ``main()``; preloaded, it keeps none, and a
-    DDP model freed after ``destroy_process_group()`` is then the group's last holder: the group's
-    destructor runs with the GIL held and joins a gloo thread that waits for the GIL (torch 2.13: a
-    forked script hung in 10 of 100 two-rank runs beside four busy loops). The child's exit skips
-    the groups' teardown, as it skips the preloaded modules'."""
-    import functools
-
-    destroy = c10d.destroy_process_group
-
-    @functools.wraps(destroy)
-    def destroy_process_group(group: Any = None) -> None:
-        every = group is None or group is getattr(getattr(c10d, "GroupMember", None), "WORLD", None)  # (torch: all)
-        _destroyed_groups.extend(list(getattr(getattr(c10d, "_world", None), "pg_map", ())) if every else [group])
-        destroy(group)
-
-    c10d.destroy_process_group = destroy_process_group
-    if getattr(sys.modules.get("torch.distributed"), "destroy_process_group", None) is destroy:
-        sys.modules["torch.distributed"].destroy_process_group = destroy_process_group
 
 
 def _exit_code(code: Any) -> int:

@@ -189,8 +189,7 @@ def start_fork_server(framework: type[BackendConfig]) -> str:
     (``forkserver.py``); returns its socket's path. Each of the cluster's Python workers is then a
     fork of it (``ray_worker_main.py``): a fresh process that does not import the framework again.
     It loads with the OMP_NUM_THREADS Ray gives a worker of one CPU (1) where this process sets
-    none; a worker that Ray gives more calls ``framework.follow_thread_count`` (whatever trainer it
-    serves). It dies with this process (the thread that calls this, as Ray's own processes do)
+    none; each forked worker runs ``framework.after_fork`` (whatever trainer it serves). It dies with this process (the thread that calls this, as Ray's own processes do)
     and stops with the cluster."""
     global _fork_server
     stop_fork_server()  # the previous cluster's (the user's ray.shutdown() stopped that cluster)
@@ -205,11 +204,12 @@ def start_fork_server(framework: type[BackendConfig]) -> str:
 
 def fork_server_env(framework: type[BackendConfig] | None) -> dict[str, str]:
     """A fork server's environment: this process's, with the OMP_NUM_THREADS a worker of one CPU or
-    less has where this one sets none (Ray's and torchrun's default: 1), and what a forked worker
-    Ray gives more calls (``framework.follow_thread_count``; None: nothing)."""
-    follow = framework.follow_thread_count if framework is not None else None
+    less has where this one sets none (Ray's and torchrun's default: 1), and the class whose
+    ``after_fork`` its forked children run (``framework``'s; None, or a class not importable by its
+    name: none)."""
+    importable = framework is not None and "<locals>" not in framework.__qualname__
     return {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-            forkserver.FOLLOW_ENV: f"{follow.__module__}:{follow.__qualname__}" if follow else ""}
+            forkserver.AFTER_FORK_ENV: f"{framework.__module__}:{framework.__qualname__}" if importable else ""}
 
 
 def stop_fork_server() -> None:

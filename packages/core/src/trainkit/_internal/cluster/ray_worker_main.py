@@ -45,7 +45,7 @@ def run_forked(address: str) -> int | None:
     if forkserver.loaded_env is not None:
         return None  # this is the forked child
     # Ray sets OMP_NUM_THREADS when it starts an actor's task (its CPUs, else 1), after the
-    # framework loaded here: a forked worker's framework follows it then (``follow_thread_count``)
+    # framework loaded here: a forked worker's framework follows it then (``BackendConfig.after_fork``)
     runtime_keys = set() if "OMP_NUM_THREADS" in os.environ else {"OMP_NUM_THREADS"}
     stopping = {signum: signal.signal(signum, signal.SIG_IGN) for signum in _STOPS}  # from before the fork
     child = forkserver.start(address, [sys.executable, os.path.abspath(__file__), *sys.argv[1:]], "script",

@@ -49,7 +49,7 @@ def fork_server_of(backend_config: BackendConfig) -> tuple[type[BackendConfig] |
     names."""
     scripts = isinstance(backend_config, LaunchConfig)
     framework = backend_config.framework if scripts else type(backend_config)
-    return (framework if framework is not None and framework.follow_thread_count else None), scripts
+    return (framework if framework is not None and framework.fork_safe else None), scripts
 
 
 class Controller:

@@ -217,7 +217,7 @@ class Worker:
 
                 if self._prewarm is not None:
                     self._prewarm.join()
-                forkserver.follow_thread_count()  # a forked worker's framework loaded with another OMP_NUM_THREADS
+                forkserver.after_fork()  # a forked worker: what its framework redoes in a fork (its thread pools)
                 fn = cloudpickle.loads(pickled_fn)
                 self._session.progress.mark()  # progress counts from the training function's start, not its imports
                 with backend_config.train_fn_context():
