@@ -67,7 +67,8 @@ class WorkerGroup:
         user's ``label_selector`` names nodes itself, or a Tune trial's reservation is placed already).
         ``runtime_env``: the actors' Ray runtime_env (``runtime_env.for_workers``, uploaded already)."""
         import ray
-        from ray.util.placement_group import NODE_ID_LABEL_KEY, placement_group, remove_placement_group
+        import ray.util.placement_group as placement_groups
+        from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         timeout_s = placement_timeout_s or PLACEMENT_TIMEOUT_S
@@ -84,9 +85,12 @@ class WorkerGroup:
         selectors = [{**(scaling.label_selector or {}), **({tpu.SLICE_NAME: slice_names[i // per_slice]}
                                                           if slice_names else {})} for i in range(num_workers)]
         reserved = None if slice_names or any(selectors) else reserved_bundles(num_workers, resources)
-        avoided = sorted(avoid_nodes) if not reserved and not any(NODE_ID_LABEL_KEY in s for s in selectors) else []
+        # (a Ray release without node label selectors: a restart may land on the node avoided)
+        node_id_label = getattr(placement_groups, "NODE_ID_LABEL_KEY", None)
+        avoided = sorted(avoid_nodes) if node_id_label and not reserved \
+            and not any(node_id_label in s for s in selectors) else []
         if avoided:
-            selectors = [{**s, NODE_ID_LABEL_KEY: f"!in({','.join(avoided)})"} for s in selectors]
+            selectors = [{**s, node_id_label: f"!in({','.join(avoided)})"} for s in selectors]
         key = None if reserved or any(selectors) else (num_workers, tuple(sorted(resources.items())),
                                                        scaling.placement_strategy)
         pg = reserved.placement_group if reserved else _take_kept_placement(key) or placement_group(
