@@ -74,7 +74,7 @@ def metrics_round(c, n: int, index: int) -> None:
 
 def write_shards(c, n: int, index: int) -> list:
     """Each rank's report of checkpoint ``index``: its shard in the temporary directory, hashed."""
-    from trainkit._internal.storage import run_storage as storage_mod
+    from trainkit._internal.storage.checkpoint_files import FileEntry
     from trainkit._internal.worker.events import Report
 
     name = f"checkpoint_{index:06d}"
@@ -85,9 +85,9 @@ def write_shards(c, n: int, index: int) -> list:
         rel, data = f"shard_{rank:05d}.pt", os.urandom(SHARD_BYTES)
         with open(os.path.join(tmp, rel), "wb") as f:
             f.write(data)
-        # The entry storage.hash_local makes on the worker (hashed here from memory: its 8 MiB read
+        # The entry checkpoint_files.hash_local makes on the worker (hashed here from memory: its 8 MiB read
         # buffer would otherwise set the driver's RSS high-water mark).
-        entry = storage_mod.FileEntry(rel, len(data), hashlib.sha256(data).hexdigest())
+        entry = FileEntry(rel, len(data), hashlib.sha256(data).hexdigest())
         reports.append(Report(rank, index, {"step": index, "loss": 0.5}, name, tmp, [entry]))
     return reports
 

@@ -255,7 +255,7 @@ def stray(storage) -> list[str]:
     """Files of the run no manifest names: temporary ones, or in an attempt folder no manifest names."""
     import pyarrow.fs as pafs
 
-    from trainkit._internal.storage.run_storage import read_manifest
+    from trainkit._internal.storage.checkpoint_files import read_manifest
 
     found = []
     for info in storage.fs.get_file_info(pafs.FileSelector(storage.run_path, recursive=True)):

@@ -73,7 +73,8 @@ def test_s3_server_listens_on_loopback_and_only_on_ports_it_was_given(s3_server)
 
 
 def test_s3_upload_in_place_cut_short_is_swept_and_never_loaded(s3_server, tmp_path):
-    from trainkit._internal.storage.run_storage import RunStorage, upload_dir
+    from trainkit._internal.storage.run_storage import RunStorage
+    from trainkit._internal.storage.checkpoint_files import upload_dir
 
     storage = RunStorage(s3_server["uri"], f"cut{uuid.uuid4().hex[:6]}")
     storage.preflight()

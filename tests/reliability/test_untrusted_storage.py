@@ -20,7 +20,8 @@ from trainkit._internal.storage.lock import LOCK, RunLock
 from trainkit.errors import RunLockedError
 from trainkit._internal.storage.metrics_log import SEGMENTS, read_metrics_log
 from trainkit._internal.storage.run_state import RunState
-from trainkit._internal.storage.run_storage import MANIFEST, QUARANTINE, RunStorage, upload_dir, verify_checkpoint
+from trainkit._internal.storage.run_storage import MANIFEST, QUARANTINE, RunStorage
+from trainkit._internal.storage.checkpoint_files import upload_dir, verify_checkpoint
 
 PAYLOAD = b"planted by an attacker"
 

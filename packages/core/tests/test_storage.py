@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 from trainkit import Checkpoint, CheckpointCorruptError, TrainkitWarning
 from trainkit._internal.storage.run_state import CheckpointRecord, RunState
-from trainkit._internal.storage.run_storage import MANIFEST, RunStorage, upload_dir
+from trainkit._internal.storage.run_storage import MANIFEST, RunStorage
+from trainkit._internal.storage.checkpoint_files import upload_dir
 from trainkit.config import CheckpointConfig
 
 
@@ -118,7 +119,7 @@ def test_checkpoint_round_trip_and_metadata(tmp_path):
 def test_ranks_writing_the_same_file_never_hash_a_half_written_copy(tmp_path):
     import threading
 
-    from trainkit._internal.storage.run_storage import copy_dir_local, hash_local
+    from trainkit._internal.storage.checkpoint_files import copy_dir_local, hash_local
 
     src = tmp_path / "src"
     src.mkdir()
@@ -141,7 +142,7 @@ def test_ranks_writing_the_same_file_never_hash_a_half_written_copy(tmp_path):
 def test_a_rank_whose_copy_rank_0_replaces_still_reports_its_own_bytes(tmp_path):
     """Rank 1 copies first, rank 0 then replaces the shared file, rank 1 hashes last: the commit
     must still learn that the two ranks wrote different contents (BatchNorm buffers, say)."""
-    from trainkit._internal.storage.run_storage import copy_dir_local, hash_local
+    from trainkit._internal.storage.checkpoint_files import copy_dir_local, hash_local
 
     sources = {}
     for rank in (0, 1):

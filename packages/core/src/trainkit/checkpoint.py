@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
 from trainkit._internal.moved import moved_names
+from trainkit._internal.storage import checkpoint_files
 from trainkit._internal.storage import run_storage as storage
 from trainkit._internal.storage import strict_json
-from trainkit._internal.storage.stores import store_of
+from trainkit._internal.storage.stores import METADATA, store_of
 from trainkit.errors import NotRegularFileError
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ class Checkpoint:
         target = os.fspath(path) if path is not None else tempfile.mkdtemp(prefix="trainkit-ckpt-")
         if self._is_local() and os.path.abspath(target) == os.path.abspath(self.path):
             return target
-        storage.download_dir(self.filesystem, self.path, target, fresh=path is None)
+        checkpoint_files.download_dir(self.filesystem, self.path, target, fresh=path is None)
         return target
 
     @contextlib.contextmanager
@@ -93,17 +94,17 @@ class Checkpoint:
         Raises ``trainkit.CheckpointCorruptError`` when a file is missing, altered, or listed outside
         the checkpoint, or when there is no manifest (the checkpoint was never committed).
         """
-        return storage.verify_checkpoint(self.filesystem, self.path)
+        return checkpoint_files.verify_checkpoint(self.filesystem, self.path)
 
     # -- metadata ------------------------------------------------------------------------------
     def _metadata_path(self) -> str:
-        root = self.path if self._is_local() else storage.files_root(self.filesystem, self.path)
-        return posixpath.join(root, storage.METADATA)
+        root = self.path if self._is_local() else checkpoint_files.files_root(self.filesystem, self.path)
+        return posixpath.join(root, METADATA)
 
     def get_metadata(self) -> dict[str, Any]:
         """The checkpoint's JSON metadata (``{}`` when none was set)."""
         try:
-            with storage.open_input(self.filesystem, self._metadata_path()) as f:  # never blocks on a FIFO
+            with checkpoint_files.open_input(self.filesystem, self._metadata_path()) as f:  # never blocks on a FIFO
                 return strict_json.loads(f.read())
         except (FileNotFoundError, NotRegularFileError):
             return {}

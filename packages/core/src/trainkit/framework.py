@@ -11,7 +11,7 @@ import tempfile
 from typing import Any, ClassVar, Iterator
 
 from trainkit._internal import moved
-from trainkit._internal.storage import run_storage as storage
+from trainkit._internal.storage import checkpoint_files
 from trainkit.checkpoint import Checkpoint
 from trainkit.context import get_checkpoint, get_context, report
 from trainkit.validation import check_int
@@ -70,7 +70,7 @@ class CheckpointIO:
 
     def load(self, checkpoint: Checkpoint) -> Any:
         """Verify ``checkpoint`` if it was committed (a manifest exists), then load it."""
-        if storage.read_manifest(checkpoint.filesystem, checkpoint.path) is not None:
+        if checkpoint_files.read_manifest(checkpoint.filesystem, checkpoint.path) is not None:
             checkpoint.verify()
         with checkpoint.as_directory() as path:
             return self.load_from_directory(path)

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 SWITCH = "TRAINKIT_RAY_PATCHES"
 TESTED_RAY = ("2.40.0", "2.60.0")  # core's test matrix: the oldest supported release and the newest

@@ -33,7 +33,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from typing import TYPE_CHECKING, Callable, Iterator
 from pathlib import Path
 

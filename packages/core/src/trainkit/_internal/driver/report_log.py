@@ -14,10 +14,12 @@ from trainkit._internal.display import Display
 from trainkit._internal.driver import signals
 from trainkit._internal.driver.validation import Validator
 from trainkit._internal.storage import report_records
+from trainkit._internal.storage import checkpoint_files
 from trainkit._internal.storage import run_storage as storage_mod
 from trainkit._internal.storage.metrics_log import MetricsLog
 from trainkit._internal.storage.run_state import CheckpointRecord, RunState
-from trainkit._internal.storage.run_storage import FileEntry, RunStorage
+from trainkit._internal.storage.run_storage import RunStorage
+from trainkit._internal.storage.checkpoint_files import FileEntry
 from trainkit._internal.worker.events import Report
 from trainkit.checkpoint import Checkpoint
 from trainkit.config import CheckpointConfig
@@ -93,7 +95,7 @@ class ReportLog:
             storage.sweep(c.name for c in state.checkpoints)
         for record in sorted(state.checkpoints, key=lambda c: c.index, reverse=True):
             try:
-                storage_mod.verify_checkpoint(storage.fs, storage.path(record.name))
+                checkpoint_files.verify_checkpoint(storage.fs, storage.path(record.name))
             except CheckpointCorruptError as exc:
                 self.display.note(f"skipping checkpoint {record.name}: {exc}")
                 state.checkpoints.remove(record)
@@ -163,7 +165,7 @@ class ReportLog:
             for path, ranks in differing.items():
                 # One copy is kept (rank 0's wherever the rank-0 copy can win the write, as on local
                 # disks); the manifest records the bytes actually stored.
-                files[path] = storage_mod.hash_file(storage.fs, with_files[0].tmp_path, path)
+                files[path] = checkpoint_files.hash_file(storage.fs, with_files[0].tmp_path, path)
                 if path not in self._warned_differing:
                     self._warned_differing.add(path)
                     logger.warning("checkpoint file %r: ranks %s wrote different contents than rank %d; kept "

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from trainkit._internal.storage import strict_json
 from trainkit._internal.storage.retry import with_retries
-from trainkit._internal.storage.run_storage import METRICS, list_dir, open_input
+from trainkit._internal.storage.run_storage import METRICS
+from trainkit._internal.storage.checkpoint_files import list_dir, open_input
 from trainkit._internal.storage.stores import store_of
 from trainkit._internal.storage.untrusted import open_regular
 from trainkit.errors import NotRegularFileError

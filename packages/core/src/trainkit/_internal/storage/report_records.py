@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from trainkit._internal.storage import strict_json
 from trainkit._internal.storage.retry import with_retries
-from trainkit._internal.storage.run_storage import REPORTS, FileEntry, list_dir, open_input
+from trainkit._internal.storage.run_storage import REPORTS
+from trainkit._internal.storage.checkpoint_files import FileEntry, list_dir, open_input
 from trainkit._internal.storage.untrusted import stored_name, stored_relpath
 
 if TYPE_CHECKING:
@@ -109,7 +110,7 @@ def _load(storage: "RunStorage", attempt: int, driver_id: str, path: str) -> Rec
 
 def stored_files(storage: "RunStorage", record: Record) -> list[FileEntry] | None:
     """The record's files as stored (hashed here where the rank did not hash them); None when one is missing."""
-    from trainkit._internal.storage.run_storage import hash_file
+    from trainkit._internal.storage.checkpoint_files import hash_file
 
     entries = []
     for rel, size, sha in record.files:

@@ -11,6 +11,7 @@ import shutil
 import tempfile
 from typing import IO
 
+from trainkit._internal.storage import checkpoint_files
 from trainkit._internal.storage import run_storage as storage_mod
 
 LOGS = "logs"
@@ -44,7 +45,7 @@ class RunLogs:
             name = f"attempt_{self._attempt}"
             local = os.path.join(self._root, name)
             try:
-                storage_mod.upload_dir(local, self._storage.fs, self._storage.path(LOGS, name))
+                checkpoint_files.upload_dir(local, self._storage.fs, self._storage.path(LOGS, name))
             finally:
                 shutil.rmtree(local, ignore_errors=True)
 

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from trainkit._internal.storage import checkpoint_files
 from trainkit._internal.storage import run_storage as storage_mod
 from trainkit._internal.storage import strict_json
 from trainkit._internal.storage.metrics_log import read_last_report
@@ -51,7 +52,7 @@ def _driver_gone(fs: "pafs.FileSystem", run_path: str) -> str | None:
     from trainkit._internal.storage import lock
 
     try:
-        with storage_mod.open_input(fs, posixpath.join(run_path, lock.LOCK)) as f:
+        with checkpoint_files.open_input(fs, posixpath.join(run_path, lock.LOCK)) as f:
             lease = json.loads(f.read().decode())
     except FileNotFoundError:
         return "its lease is gone"
@@ -134,7 +135,7 @@ class RunState:
         """Read the metrics of the checkpoints that lack them from their manifests."""
         for c in self.checkpoints:
             if c.metrics is None:
-                c.fill_metrics(storage_mod.read_manifest(fs, posixpath.join(run_path, c.name)))
+                c.fill_metrics(checkpoint_files.read_manifest(fs, posixpath.join(run_path, c.name)))
 
     def score_config(self) -> CheckpointConfig:
         """The ranking the run recorded (no attribute: newest first)."""
@@ -151,7 +152,7 @@ class RunState:
         "running" run whose driver is gone reads as "interrupted"."""
         for name in (storage_mod.STATE, storage_mod.STATE + ".prev"):
             try:
-                with storage_mod.open_input(fs, posixpath.join(run_path, name)) as f:
+                with checkpoint_files.open_input(fs, posixpath.join(run_path, name)) as f:
                     state = cls.from_json(strict_json.loads(f.read()))
                 state.drop_unsafe_names(posixpath.join(run_path, name))
                 if state.last_metrics is None and (last := read_last_report(fs, run_path)) is not None:

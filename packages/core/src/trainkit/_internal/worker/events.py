@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainkit._internal.storage.run_storage import FileEntry
+from trainkit._internal.storage.checkpoint_files import FileEntry
 
 
 @dataclass

@@ -21,6 +21,7 @@ from trainkit._internal.driver.progress import Progress
 from trainkit._internal.metrics import validate_metrics
 from trainkit._internal.naming import validate_name
 from trainkit._internal.storage import report_records
+from trainkit._internal.storage import checkpoint_files
 from trainkit._internal.storage import run_storage as storage_mod
 from trainkit._internal.storage.stores import store_of
 from trainkit._internal.worker.context_types import CheckpointUploadMode, TrainContext
@@ -127,7 +128,7 @@ class Session:
             report_records.write(self.storage, self.context.attempt, report_records.Record(
                 rank, index, self.context.world_size, metrics, name, tmp_path, files))
 
-        def deliver(files: Callable[[], list[storage_mod.FileEntry]], in_background: bool = False,
+        def deliver(files: Callable[[], list[checkpoint_files.FileEntry]], in_background: bool = False,
                     recorded: bool = False) -> None:
             try:
                 entries = files()
@@ -146,7 +147,7 @@ class Session:
                 shutil.rmtree(checkpoint.path, ignore_errors=True)
             self._hand_over(Report(rank, index, metrics, name, tmp_path, entries, validation))
 
-        def upload() -> list[storage_mod.FileEntry]:
+        def upload() -> list[checkpoint_files.FileEntry]:
             if mode is CheckpointUploadMode.NO_UPLOAD:
                 return self._register_in_place(checkpoint, tmp_path)
             if checkpoint_upload_fn is not None:
@@ -154,13 +155,13 @@ class Session:
                 if uploaded.path != tmp_path:
                     raise ValueError(f"checkpoint_upload_fn must upload to the destination it is given "
                                      f"({tmp_path!r}), not {uploaded.path!r}")
-                return storage_mod.hash_tree(uploaded.filesystem, uploaded.path)
-            return storage_mod.upload_dir(checkpoint.path, self.storage.fs, tmp_path, **where)
+                return checkpoint_files.hash_tree(uploaded.filesystem, uploaded.path)
+            return checkpoint_files.upload_dir(checkpoint.path, self.storage.fs, tmp_path, **where)
 
         if mode is not CheckpointUploadMode.NO_UPLOAD and checkpoint_upload_fn is None \
                 and store_of(checkpoint.filesystem).local_paths:
             try:
-                storage_mod.local_files(checkpoint.path)  # refuses links and FIFOs before any upload, in any mode
+                checkpoint_files.local_files(checkpoint.path)  # refuses links and FIFOs before any upload, in any mode
             except BaseException as exc:
                 failed(exc)
                 raise
@@ -170,12 +171,12 @@ class Session:
             # The files are in storage when report() returns; their sha256s (needed only at the
             # driver's commit) are computed in the background, off the training thread.
             try:
-                copied = storage_mod.copy_dir_local(checkpoint.path, tmp_path, **where)
-                record([(rel, size, None) for rel, size in storage_mod.copied_sizes(tmp_path, copied)])
+                copied = checkpoint_files.copy_dir_local(checkpoint.path, tmp_path, **where)
+                record([(rel, size, None) for rel, size in checkpoint_files.copied_sizes(tmp_path, copied)])
             except BaseException as exc:
                 failed(exc)
                 raise
-            self._background(lambda: deliver(lambda: storage_mod.hash_local(tmp_path, copied),
+            self._background(lambda: deliver(lambda: checkpoint_files.hash_local(tmp_path, copied),
                                              in_background=True, recorded=True))
         else:
             deliver(upload)
@@ -186,11 +187,11 @@ class Session:
             self._uploader = ThreadPoolExecutor(1, thread_name_prefix="trainkit-upload")
         self._pending.append(self._uploader.submit(fn))
 
-    def _register_in_place(self, checkpoint: Checkpoint, tmp_path: str) -> list[storage_mod.FileEntry]:
+    def _register_in_place(self, checkpoint: Checkpoint, tmp_path: str) -> list[checkpoint_files.FileEntry]:
         if not checkpoint.path.startswith(self.storage.run_path + "/"):
             raise ValueError(f"NO_UPLOAD needs a checkpoint inside the run directory {self.storage.run_path!r}")
         self.storage.fs.move(checkpoint.path, tmp_path)
-        return storage_mod.hash_tree(self.storage.fs, tmp_path)
+        return checkpoint_files.hash_tree(self.storage.fs, tmp_path)
 
     def _raise_upload_errors(self) -> None:
         if self._upload_errors:
