@@ -72,7 +72,7 @@ def test_a_full_disk_gives_up_at_once_whatever_the_budget_says():
 def test_storage_full_is_found_among_a_failures_causes():
     import errno
 
-    from trainkit._internal.driver.attempt import _storage_full
+    from trainkit._internal.driver.failures import storage_full as _storage_full
     from trainkit.errors import StorageError, WorkerGroupError
 
     full = StorageError("upload", "/runs/x/blob", OSError(errno.EDQUOT, "Disk quota exceeded"))

@@ -369,7 +369,7 @@ def test_a_restart_keeps_the_failed_attempts_placement_only_while_its_nodes_are_
     import ray
     from types import SimpleNamespace
 
-    from trainkit._internal.driver.attempt import _cut_off_a_node
+    from trainkit._internal.driver.failures import cut_off_a_node as _cut_off_a_node
     from trainkit._internal.worker.context_types import PreemptionInfo
     from trainkit.errors import PreemptionError, WorkerGroupError
 
