@@ -103,7 +103,7 @@ def test_the_switch_turns_every_patch_off_and_a_fit_and_its_resume_still_work(tm
 
 
 def test_a_ray_outside_the_tested_releases_runs_on_its_own_code_paths_and_says_so_once(tmp_path):
-    seen = run_script(tmp_path, version="99.0.0")
+    seen = run_script(tmp_path, env={"TRAINKIT_RAY_PATCHES": "1"}, version="99.0.0")  # (the switch on, as a user has it)
     assert_ran_whole_on_loopback(seen)
     assert seen["patched"] == []
     notes = [line for line in seen["records"] if "Ray 99.0.0 is outside the releases" in line]
