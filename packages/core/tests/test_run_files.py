@@ -225,3 +225,24 @@ def test_a_resumed_run_reads_each_manifest_once_to_sweep_and_once_to_reconcile(t
     assert sorted(at_start) == ["checkpoint_000000", "checkpoint_000001", "checkpoint_000002"]
     # one sweep and one reconciliation each; the checkpoint resumed from is verified once more
     assert at_start == {"checkpoint_000000": 2, "checkpoint_000001": 2, "checkpoint_000002": 3}, at_start
+
+
+def test_metrics_dataframe_never_replaces_a_metric_named_like_its_own_columns(tmp_path):
+    """A metric named ``attempt`` (or ``timestamp``, ``checkpoint``, ``report_index``, or the
+    prefixed name as well) keeps its name and values; trainkit's column about the report moves aside."""
+    pytest.importorskip("pandas")
+
+    def fn():
+        for step in range(3):
+            trainkit.report({"attempt": f"user-{step}", "timestamp": step * 10, "trainkit_timestamp": -step,
+                             "loss": 1.0 / (step + 1)})
+
+    result = trainkit.DataParallelTrainer(fn, scaling_config=trainkit.ScalingConfig(num_workers=0),
+                                          run_config=trainkit.RunConfig(name="clash", storage_path=str(tmp_path),
+                                                                        verbose=0)).fit()
+    frame = result.metrics_dataframe
+    assert list(frame["attempt"]) == ["user-0", "user-1", "user-2"]
+    assert list(frame["timestamp"]) == [0, 10, 20] and list(frame["trainkit_timestamp"]) == [0, -1, -2]
+    assert list(frame["trainkit_attempt"]) == [0, 0, 0] and list(frame["report_index"]) == [0, 1, 2]
+    assert all(t > 1e9 for t in frame["trainkit_trainkit_timestamp"])  # the report's own time, UNIX seconds
+    assert list(frame["checkpoint"]) == [None, None, None]

@@ -46,16 +46,24 @@ class Result:
 
     @property
     def metrics_dataframe(self) -> Any:
-        """Every consolidated report as a ``pandas.DataFrame`` (needs pandas)."""
+        """Every consolidated report as a ``pandas.DataFrame`` (needs pandas): a column per metric
+        reported, under its own name, and four about each report: ``report_index``, ``attempt``,
+        ``checkpoint`` (its name, or None) and ``timestamp`` (UNIX seconds). Where a metric has one
+        of those names, that column is ``trainkit_<name>`` instead (a metric is never replaced)."""
         try:
             import pandas as pd
         except ImportError as exc:
             raise ImportError("Result.metrics_dataframe needs pandas: pip install 'trainkit-core[pandas]'") from exc
-        rows = [{**r["metrics"], "report_index": r["index"], "attempt": r["attempt"],
-                 "checkpoint": r.get("checkpoint"), "timestamp": r["time"]}
-                for r in read_metrics_log(self.filesystem or storage_mod.resolve_filesystem(self.path)[0],
-                                                      self.path)]
-        return pd.DataFrame(rows)
+        reports = read_metrics_log(self.filesystem or storage_mod.resolve_filesystem(self.path)[0], self.path)
+        reported = {key for r in reports for key in r["metrics"]}
+        names = {}
+        for name in ("report_index", "attempt", "checkpoint", "timestamp"):
+            names[name] = name
+            while names[name] in reported:
+                names[name] = f"trainkit_{names[name]}"
+        return pd.DataFrame([{**r["metrics"], names["report_index"]: r["index"], names["attempt"]: r["attempt"],
+                              names["checkpoint"]: r.get("checkpoint"), names["timestamp"]: r["time"]}
+                             for r in reports])
 
     def get_best_checkpoint(self, metric: str | None = None, mode: Literal["max", "min"] | None = None) -> Checkpoint | None:
         """The kept checkpoint whose reported ``metric`` is best (NaN and missing values never win).
