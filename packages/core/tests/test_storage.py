@@ -1,5 +1,7 @@
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -267,3 +269,63 @@ def test_a_preflight_whose_probe_the_running_driver_swept_still_passes(tmp_path,
     RunStorage(str(tmp_path), "busy", filesystem=pafs.PyFileSystem(handler)).preflight()
     assert handler.sweeps == sweeps
     assert not [n for n in os.listdir(tmp_path / "busy") if n.startswith(".tmp-")]
+
+
+@pytest.mark.parametrize("code", ["EFBIG", "ENAMETOOLONG", "EROFS", "EMLINK", "ENOSPC", "EOPNOTSUPP"])
+def test_an_error_no_retry_can_fix_fails_at_once(code):
+    """The store's limits and nature (file too large, name too long, read-only, too many links, full,
+    an operation it lacks) fail the first call with StorageError naming the errno: no 15 s of retries."""
+    import errno
+
+    from trainkit._internal.storage.retry import with_retries
+    from trainkit.errors import StorageError
+
+    calls = []
+
+    def write():
+        calls.append(1)
+        raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)), "/runs/r/checkpoint_000001/w")
+
+    with pytest.raises(StorageError, match="upload failed") as raised:
+        with_retries("upload", "/runs/r/checkpoint_000001/w", write, backoff_s=(0.0,) * 6)
+    assert raised.value.errno == getattr(errno, code) and len(calls) == 1
+
+
+def test_a_transient_error_is_retried_then_surfaces():
+    import errno
+
+    from trainkit._internal.storage.retry import with_retries
+    from trainkit.errors import StorageError
+
+    calls = []
+
+    def write():
+        calls.append(1)
+        raise OSError(errno.EIO, "I/O error")
+
+    with pytest.raises(StorageError) as raised:
+        with_retries("upload", "/runs/r/w", write, backoff_s=(0.0,) * 3)
+    assert raised.value.errno == errno.EIO and len(calls) == 4
+
+
+def test_a_real_file_too_large_fails_the_upload_at_once(tmp_path):
+    """A real EFBIG (the process's RLIMIT_FSIZE, as a filesystem's file-size limit gives it)."""
+    script = f"""
+import os, resource, sys
+from pyarrow.fs import LocalFileSystem
+from trainkit._internal.storage import checkpoint_files, retry
+from trainkit.errors import StorageError
+sleeps = []
+retry.time.sleep = sleeps.append  # counts the retries' waits, and skips them
+os.makedirs({str(tmp_path / "src")!r})
+open(os.path.join({str(tmp_path / "src")!r}, "big.bin"), "wb").write(b"x" * (2 << 20))
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+try:
+    checkpoint_files.upload_dir({str(tmp_path / "src")!r}, LocalFileSystem(), {str(tmp_path / "dest")!r})
+except StorageError as exc:
+    import errno
+    print("StorageError", exc.errno == errno.EFBIG, len(sleeps))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[0] == "StorageError" and out.stdout.split()[1:] == ["True", "0"], out.stdout

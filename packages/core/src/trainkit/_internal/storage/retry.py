@@ -11,9 +11,11 @@ from trainkit.errors import NotRegularFileError, StorageError
 
 T = TypeVar("T")
 
-# Errors that retrying cannot fix.
-PERSISTENT = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR,
-              errno.EISDIR, errno.ENAMETOOLONG, errno.EEXIST, errno.ENOTEMPTY, errno.EINVAL}
+# Errors that retrying cannot fix: the store's limits (space, quota, file size, name length, links),
+# its permissions, its nature (read-only, an operation it lacks), the path's state.
+PERSISTENT = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.ENAMETOOLONG, errno.EMLINK, errno.ELOOP,
+              errno.EACCES, errno.EPERM, errno.EROFS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV,
+              errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENOTEMPTY, errno.EINVAL}
 # About 15 s in all: a storage outage that short (an S3 endpoint restarting) is ridden out.
 BACKOFF_S = (0.1, 0.5, 1.5, 3.0, 4.0, 6.0)
 
