@@ -329,3 +329,21 @@ except StorageError as exc:
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[0] == "StorageError" and out.stdout.split()[1:] == ["True", "0"], out.stdout
+
+
+def test_a_file_name_as_long_as_the_filesystem_allows_is_copied_by_every_rank(tmp_path):
+    """A legal 255-byte name (the longest ext4 allows): each rank's private copy beside it must not
+    need a longer one; two names alike but for their end get copies of their own."""
+    from trainkit._internal.storage.checkpoint_files import copy_dir_local, hash_local
+
+    names = ["w" * 254 + "a", "w" * 254 + "b", "é" * 127 + "x"]  # (the last: 255 bytes in UTF-8)
+    dest = tmp_path / "dest"
+    for rank in (1, 0):
+        src = tmp_path / f"src{rank}"
+        src.mkdir()
+        for name in names:
+            (src / name).write_bytes(name.encode())
+        entries = hash_local(str(dest), copy_dir_local(str(src), str(dest), rank=rank))
+        assert sorted(e.path for e in entries) == sorted(names)
+    assert sorted(os.listdir(dest)) == sorted(names)
+    assert all((dest / name).read_bytes() == name.encode() for name in names)

@@ -140,8 +140,7 @@ def copy_dir_local(local_dir: str, dest: str, **where: int) -> list[str | tuple[
         # so no rank ever hashes a file another rank is halfway through rewriting. Rank 0's copy
         # replaces any other; the others' never replace one already there (the commit keeps it).
         # A rank other than 0 hashes its private copy: rank 0 may still replace the shared one.
-        partial = os.path.join(os.path.dirname(target),
-                               f".{os.path.basename(target)}.{rank}.{os.getpid()}.{threading.get_ident()}.part")
+        partial = os.path.join(os.path.dirname(target), _partial_name(os.path.basename(target), rank))
 
         def copy(absolute: str = absolute, target: str = target, partial: str = partial) -> None:
             shutil.copyfile(absolute, partial)
@@ -158,6 +157,13 @@ def copy_dir_local(local_dir: str, dest: str, **where: int) -> list[str | tuple[
         faults.point("upload_file", **where)
     os.makedirs(dest, exist_ok=True)
     return copied
+
+
+def _partial_name(name: str, rank: int) -> str:
+    """A rank's private copy of file ``name``, beside it: of a fixed length whatever the name's (a
+    legal 255-byte name stays copyable), one per file, rank, process and thread."""
+    digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return f".{digest}.{rank}.{os.getpid()}.{threading.get_ident()}.part"
 
 
 def copied_sizes(dest: str, copied: list[str | tuple[str, str]]) -> list[tuple[str, int]]:
