@@ -138,11 +138,11 @@ ACCELERATOR_ENV = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_
 
 
 def _forwarded_env(resources: Mapping[str, float]) -> dict[str, str]:
-    """trainkit's own settings follow the driver to its workers. On the warm cluster the driver's
-    whole environment does (less Ray's own), as the embedded cluster's workers inherit it: those of
-    the warm cluster are its keeper's children. Ray sets a worker's accelerator visibility itself
+    """trainkit's own settings follow the driver to its workers. On an attached cluster (a runtime
+    plugin's, e.g. the warm one) the driver's whole environment does (less Ray's own), as the
+    embedded cluster's workers inherit it: those of an attached cluster are not the driver's children. Ray sets a worker's accelerator visibility itself
     when the worker holds some: the driver's then stays out."""
-    if not ray_runtime.warm_address():
+    if ray_runtime.attached_cluster() is None:
         return {k: v for k, v in os.environ.items() if k.startswith("TRAINKIT_")}
     ray_sets = ACCELERATOR_ENV if set(resources) - {"CPU", "memory"} else ()
     return {k: v for k, v in os.environ.items()
@@ -452,7 +452,7 @@ class AttemptRunner:
         if lost:
             why = f"died with its node ({type(exc).__name__}): {lost}"
             if ray_runtime.own_cluster() is not None:  # the one node of trainkit's single-machine cluster
-                kind = "warm" if ray_runtime.warm_address() else "embedded"
+                kind = attached.kind if (attached := ray_runtime.attached_cluster()) else "embedded"
                 return WorkerGroupError(f"rank {rank} {why}; it was the whole {kind} Ray cluster: every worker went "
                                         f"with it (attempt {self.state.attempt})", {rank: exc}, rank=rank,
                                         error_type=FailureKind.CLUSTER_DIED)

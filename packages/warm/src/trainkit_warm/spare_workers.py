@@ -4,7 +4,7 @@ A Ray worker process serves one job, so the raylet's idle workers help only the 
 warm cluster. The keeper therefore starts worker actors of its own ahead: named ``trainkit-spare-*``,
 detached, holding no resources (``num_cpus=0``) and importing the prewarmed framework. A driver
 whose group could take its own spares (CPU-only workers of at most one CPU, no runtime_env: see
-``spare.py``) claims some instead of starting actors; the keeper starts new ones for the next.
+core's ``_internal/worker/spare.py``) claims some instead of starting actors; the keeper starts new ones for the next.
 
 A claim is the spare's own answer (``Worker.claim``): True to one driver only, so two drivers at
 once never share one. A claimed spare is still a process that never ran a training function; it

@@ -1,0 +1,33 @@
+"""Core without its runtime plugin (trainkit-warm): ``import trainkit`` loads none of it, and
+``trainkit up`` / ``down`` say which install adds them. Holds whether or not trainkit-warm is
+installed: the plugin is turned off (``TRAINKIT_DISABLED_PLUGINS``) where the test needs it absent."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from trainkit.testing import subprocesses
+
+
+def test_import_trainkit_imports_no_runtime_plugin_nor_cloudpickle():
+    code = ("import json, sys, trainkit\n"
+            "before = sorted(m for m in sys.modules if m.split('.')[0] in ('trainkit_warm', 'cloudpickle', 'ray'))\n"
+            "from trainkit._internal.plugins import get_plugins\n"
+            "get_plugins()\n"  # loading the plugins imports only their hooks' modules
+            "after = sorted(m for m in sys.modules if m.split('.')[0] in ('cloudpickle', 'ray'))\n"
+            "print(json.dumps([before, after]))\n")
+    out = subprocesses.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out.splitlines()[-1]) == [[], []]
+
+
+@pytest.mark.parametrize("command", [["up"], ["up", "--idle-timeout", "5m", "--json"], ["down"], ["up", "--help"]])
+def test_up_and_down_without_trainkit_warm_say_which_pip_install_adds_them(command):
+    env = {**os.environ, "TRAINKIT_DISABLED_PLUGINS": "warm"}
+    proc = subprocesses.run([sys.executable, "-m", "trainkit.cli", *command], env=env, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert f"trainkit {command[0]}: the warm local cluster is the trainkit-warm package" in proc.stderr
+    assert "pip install trainkit-warm" in proc.stderr and proc.stdout == ""
