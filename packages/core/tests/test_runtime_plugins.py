@@ -31,3 +31,14 @@ def test_up_and_down_without_trainkit_warm_say_which_pip_install_adds_them(comma
     assert proc.returncode == 2
     assert f"trainkit {command[0]}: the warm local cluster is the trainkit-warm package" in proc.stderr
     assert "pip install trainkit-warm" in proc.stderr and proc.stdout == ""
+
+
+def test_the_old_name_of_trainkit_spare_workers_still_turns_them_off_with_a_deprecation_warning(monkeypatch):
+    from trainkit._internal.worker import spare
+
+    monkeypatch.delenv("TRAINKIT_SPARE_WORKERS", raising=False)
+    monkeypatch.setenv("TRAINKIT_WARM_WORKERS", "0")
+    with pytest.warns(DeprecationWarning, match="TRAINKIT_WARM_WORKERS is now TRAINKIT_SPARE_WORKERS"):
+        assert not spare.turned_on()
+    monkeypatch.setenv("TRAINKIT_SPARE_WORKERS", "1")  # the new name wins, and says nothing
+    assert spare.turned_on()

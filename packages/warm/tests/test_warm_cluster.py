@@ -336,7 +336,7 @@ def _wait_for_spares(record: dict, count: int, timeout_s: float = 120) -> set[in
 
 
 # the user's module only from the driver's directory; spares on (CI's sessions turn them off)
-SPARES_ENV = {"PYTHONPATH": os.pathsep.join(SRC), "TRAINKIT_WARM_WORKERS": "1"}
+SPARES_ENV = {"PYTHONPATH": os.pathsep.join(SRC), "TRAINKIT_SPARE_WORKERS": "1"}
 
 
 def _start_pids_job(ctx, name: str, hold_s: float) -> tuple[subprocess.Popen, Path]:

@@ -11,7 +11,7 @@ once never share one. A claimed spare is still a process that never ran a traini
 runs in the driver's directory with the driver's code on ``sys.path`` (as Ray's workers of the
 driver's own job would), holds its placement as any worker (the group's placement group is placed
 as on a cold start), and ends with the group, or by itself once the claiming process is gone (its
-owner is the keeper, so Ray would keep it). ``TRAINKIT_WARM_WORKERS=0`` claims none.
+owner is the keeper, so Ray would keep it). ``TRAINKIT_SPARE_WORKERS=0`` claims none.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import uuid
 from typing import Any
 
 from trainkit._internal.cluster.watchdog import identities
+from trainkit._internal.worker import spare
 from trainkit._internal.worker.actor import actor_options, start_actor
 
 NAMESPACE = "trainkit"
@@ -43,7 +44,7 @@ def claim(count: int, modules: tuple[str, ...]) -> list[Any]:
     """Up to ``count`` of the keeper's spares, each claimed for this process; [] when none is left."""
     import ray
 
-    if os.environ.get("TRAINKIT_WARM_WORKERS", "1") == "0":
+    if not spare.turned_on():
         return []
     started = identities([os.getpid()]).get(os.getpid())
     if started is None:  # no /proc: a spare could not tell when this process is gone
