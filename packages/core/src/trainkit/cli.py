@@ -158,6 +158,8 @@ def _launch(args: argparse.Namespace) -> int:
     from trainkit._internal.tools.launch_command import main as launch
 
     return launch(args)
+
+
 def _runtime_missing(args: argparse.Namespace) -> int:
     """``trainkit up`` / ``down`` where no runtime plugin adds them: which install does."""
     from trainkit._internal.plugins import install_hint

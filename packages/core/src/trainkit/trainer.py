@@ -117,7 +117,7 @@ class DataParallelTrainer:
 
         hook = get_plugins().hook
         hook.trainkit_check_inputs(train_loop_per_worker=self.train_loop_per_worker,
-                                                 train_loop_config=self.train_loop_config, datasets=self.datasets)
+                                   train_loop_config=self.train_loop_config, datasets=self.datasets)
         local = self.scaling_config.local_mode
         run = dict(train_fn=self.train_loop_per_worker, train_loop_config=self.train_loop_config,
                    backend_config=self.backend_config, scaling_config=self.scaling_config,
