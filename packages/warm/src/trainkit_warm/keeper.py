@@ -130,7 +130,7 @@ class _ForkServer:
 
 
 class _StandbyDriver:
-    """A driver process ready for the next ``fit()`` to hand its run to (``driver/handoff.py``): one
+    """A driver process ready for the next ``fit()`` to hand its run to (``handoff.py``): one
     at a time, a new one started (while no run is going) once it was taken or ended. A taken one
     (its socket renamed: ``warm.taken_marker``) is the user's driver: it is left to end with its
     run, also when the keeper stops."""
