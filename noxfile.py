@@ -150,10 +150,10 @@ def _install_core(session: nox.Session, *pins: str) -> None:
 def _pytest(session: nox.Session, *args: str, env: dict[str, str] | None = None) -> None:
     # No session.create_tmp(): it moves TMPDIR under .nox/, and Ray's unix socket paths get too long.
     # --durations: every CI log names its slowest tests, where trimming CI time starts.
-    # TRAINKIT_WARM_WORKERS=0: a suite's fits of ever-changing shapes would each prestart workers the
+    # TRAINKIT_SPARE_WORKERS=0: a suite's fits of ever-changing shapes would each prestart workers the
     # next fit rarely takes (CPU a 2-core machine lacks); the warm-worker tests turn it on themselves.
     session.run("python", "-m", "pytest", "--durations=25", *args, *session.posargs,
-                env={"TRAINKIT_WARM_WORKERS": os.environ.get("TRAINKIT_WARM_WORKERS", "0"), **(env or {})})
+                env={"TRAINKIT_SPARE_WORKERS": os.environ.get("TRAINKIT_SPARE_WORKERS", "0"), **(env or {})})
 
 
 def _assert_versions(session: nox.Session, pins: dict[str, str]) -> None:

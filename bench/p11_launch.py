@@ -29,7 +29,7 @@ from _common import WarmCluster, peak_memory, rounds, save, summarize, timed  # 
 
 JOB = str(Path(__file__).parent / "_p11_job.py")
 ENV = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-SIDES = {"torchrun": {}, "trainkit": {}, "trainkit cold": {"TRAINKIT_WARM_WORKERS": "0"},
+SIDES = {"torchrun": {}, "trainkit": {}, "trainkit cold": {"TRAINKIT_SPARE_WORKERS": "0"},
          "trainkit unforked": {"TRAINKIT_FORK_WORKERS": "0"}}  # ranks and scripts as fresh interpreters
 PHASES = ("ray_start", "placement", "actors", "setup", "backend", "launch")
 

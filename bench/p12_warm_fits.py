@@ -1,5 +1,5 @@
 """P12: fits 1..N of the P1 job in one driver (a notebook, an HPO loop), seconds per fit: trainkit
-with its warm workers, trainkit with them off (``TRAINKIT_WARM_WORKERS=0``) and Ray Train, each in
+with its warm workers, trainkit with them off (``TRAINKIT_SPARE_WORKERS=0``) and Ray Train, each in
 one driver, against torchrun's cold start of the same job (a new process each time, as torchrun
 has no other way); then each side's whole-tree memory over 3 fits.
 
@@ -26,7 +26,7 @@ from p1_cold_start import ENV, command, role  # noqa: E402
 
 JOB = str(Path(__file__).parent / "_p12_job.py")
 SIDES = {"trainkit": ("trainkit", {}), "trainkit paused": ("trainkit", {}),
-         "trainkit cold": ("trainkit", {"TRAINKIT_WARM_WORKERS": "0"}),
+         "trainkit cold": ("trainkit", {"TRAINKIT_SPARE_WORKERS": "0"}),
          "trainkit unforked": ("trainkit", {"TRAINKIT_FORK_WORKERS": "0"}), "raytrain": ("raytrain", {})}
 
 

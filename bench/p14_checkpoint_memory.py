@@ -97,7 +97,7 @@ def one(store: str, mib: int, scratch: str, uri: str) -> dict:
 
 
 def main() -> None:
-    os.environ.setdefault("TRAINKIT_WARM_WORKERS", "0")  # a fresh rank per size: none inherits another's heap
+    os.environ.setdefault("TRAINKIT_SPARE_WORKERS", "0")  # a fresh rank per size: none inherits another's heap
     from trainkit.testing.s3 import SeaweedFS
 
     parser = argparse.ArgumentParser()

@@ -27,7 +27,7 @@ ENV = {"OMP_NUM_THREADS": "1", "RAY_TRAIN_V2_ENABLED": "1"}
 # costs a single fit (the driver starts them as its group stops, just before it exits)
 # "trainkit unforked": the embedded cluster's workers start as fresh interpreters, not forked from its
 # fork server (``TRAINKIT_FORK_WORKERS=0``), to show what the fork server gives
-SIDE_ENV = {"trainkit cold": {"TRAINKIT_WARM_WORKERS": "0"}, "trainkit unforked": {"TRAINKIT_FORK_WORKERS": "0"}}
+SIDE_ENV = {"trainkit cold": {"TRAINKIT_SPARE_WORKERS": "0"}, "trainkit unforked": {"TRAINKIT_FORK_WORKERS": "0"}}
 PHASES = ("ray_start", "placement", "actors", "setup", "backend", "launch", "first_report")
 
 
@@ -115,7 +115,7 @@ def main() -> None:
     print(f"P1 trainkit/torchrun = {tk / tr:.2f} of the medians; {ratios['median round']:.2f} in the median round "
           f"(target <= 1.25), {per_round[calmest]:.2f} in the calmest (target <= 1.15); per round "
           f"{' '.join(f'{r:.2f}' for r in per_round)}")
-    print(f"P1 warm workers off (TRAINKIT_WARM_WORKERS=0): {ratios['trainkit cold/torchrun']:.2f}x torchrun")
+    print(f"P1 warm workers off (TRAINKIT_SPARE_WORKERS=0): {ratios['trainkit cold/torchrun']:.2f}x torchrun")
     print(f"P1 workers not forked (TRAINKIT_FORK_WORKERS=0): {ratios['trainkit unforked/torchrun']:.2f}x torchrun")
     if "trainkit warm" in samples:
         warm_rounds = [k / t for k, t in zip(samples["trainkit warm"], samples["torchrun"])]

@@ -5,8 +5,8 @@ README (the index's project page) has a relative link.
 
 Fails unless DIST's installed files are this checkout's, every module of DIST imports with only its
 declared dependencies present (extras' modules aside) and without a warning naming a missing module,
-each named plugin's entry point loads, and a 2-worker run works by backend name (core alone: a plain
-DataParallelTrainer).
+each named plugin's entry point loads (and each ``trainkit.runtimes`` one of DIST: trainkit-warm's),
+and a 2-worker run works by backend name (core alone, or a runtime plugin: a plain DataParallelTrainer).
 """
 
 import importlib
@@ -91,6 +91,8 @@ def main(dist: str, *plugins: str) -> None:
     status = {p["name"]: p["status"] for p in listed}
     for plugin in plugins:
         assert status.get(plugin) == "loaded", f"plugin {plugin!r} did not load: {listed}"
+    for runtime in (ep.name for ep in md.distribution(dist).entry_points if ep.group == "trainkit.runtimes"):
+        assert status.get(runtime) == "loaded", f"runtime plugin {runtime!r} did not load: {listed}"  # no backend
 
     import trainkit
 

@@ -90,7 +90,13 @@ def launchers(tmp_path, script, *args, restarts=0, warm=None):
 @pytest.fixture(scope="module")
 def warm_cluster():
     """A warm cluster (``trainkit up``) in a TMPDIR of its own (short: Ray's socket paths live under it),
-    its fork server listening: only the "trainkit warm" side attaches to it. Stopped by ``trainkit down``."""
+    its fork server listening: only the "trainkit warm" side attaches to it. Stopped by ``trainkit down``.
+    None (no such side) where trainkit-warm is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("trainkit_warm") is None:
+        yield None
+        return
     tmp = Path(tempfile.mkdtemp(prefix="tkw", dir="/tmp"))
     env = {**os.environ, "TMPDIR": str(tmp)}
     up = subprocess.run([sys.executable, "-m", "trainkit.cli", "up", "--idle-timeout", "0", "--prewarm", "json",

@@ -60,7 +60,7 @@ def storage_path(request, tmp_path):
 @pytest.mark.parametrize("warm_workers", ["1", "0"])
 def test_a_rank_killed_at_once_after_every_rank_returned_loses_no_checkpoint(
         ray_cluster, storage_path, tmp_path, monkeypatch, warm_workers):
-    monkeypatch.setenv("TRAINKIT_WARM_WORKERS", warm_workers)  # prestarted standbys slowed the driver's polls
+    monkeypatch.setenv("TRAINKIT_SPARE_WORKERS", warm_workers)  # prestarted standbys slowed the driver's polls
     name = f"returned-{warm_workers}-{os.getpid()}-{time.monotonic_ns()}"
     result = DataParallelTrainer(
         killed_at_once, train_loop_config={"steps": KILL_AT + 2, "markers": str(tmp_path), "killer": 1},

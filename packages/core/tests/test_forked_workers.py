@@ -81,7 +81,7 @@ def test_workers_fork_from_one_process_that_imported_the_framework(tmp_path):
     (tmp_path / "fork_framework.py").write_text(FRAMEWORK)
     (tmp_path / "user_code.py").write_text("VERSION = 1\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
-           "PYTHONDONTWRITEBYTECODE": "1", "TRAINKIT_WARM_WORKERS": "0"}  # (a fit's workers start with it)
+           "PYTHONDONTWRITEBYTECODE": "1", "TRAINKIT_SPARE_WORKERS": "0"}  # (a fit's workers start with it)
     env.pop("OMP_NUM_THREADS", None)  # Ray's per-actor value then, which a forked worker follows
     left = private_dir() / "workers-99999999.sock"  # a driver's that was killed (no such pid)
     left.touch()

@@ -208,5 +208,5 @@ def test_every_hook_trainkit_calls_has_a_first_party_implementation():
                    for node in ast.walk(ast.parse(source.read_text())) if isinstance(node, ast.FunctionDef)
                    and any(getattr(d, "id", None) == "hookimpl" for d in node.decorator_list)}
     specs = {name for name in dir(hookspecs) if name.startswith("trainkit_")}
-    assert len(list(packages.glob("*/src/trainkit_*/_plugin.py"))) == 8
+    assert len(list(packages.glob("*/src/trainkit_*/_plugin.py"))) == 9
     assert specs - implemented == set()

@@ -49,7 +49,7 @@ def test_local_mode_refuses_a_runtime_env(run_config):
 
 
 def test_spares_serve_only_groups_with_their_runtime_env(monkeypatch):
-    monkeypatch.setenv("TRAINKIT_WARM_WORKERS", "1")  # CI's sessions turn spares off
+    monkeypatch.setenv("TRAINKIT_SPARE_WORKERS", "1")  # CI's sessions turn spares off
     monkeypatch.setattr("trainkit._internal.cluster.ray_runtime.embedded_node", lambda: object())
     plain = spare.shape(2, {"CPU": 1}, ())
     with_env = spare.shape(2, {"CPU": 1}, (), runtime_env.key({"env_vars": {"A": "1"}}))

@@ -104,7 +104,7 @@ def test_a_restart_takes_the_failed_attempts_placement_group_and_the_run_frees_i
 
     from trainkit._internal.worker import worker_group
 
-    monkeypatch.setenv("TRAINKIT_WARM_WORKERS", "0")  # prestarted workers are in no placement group
+    monkeypatch.setenv("TRAINKIT_SPARE_WORKERS", "0")  # prestarted workers are in no placement group
     recorder = Recorder()
     DataParallelTrainer(report_placement_then_fail_once, scaling_config=TWO, run_config=run_config(
         callbacks=[recorder], failure_config=FailureConfig(max_failures=1))).fit()

@@ -158,64 +158,19 @@ def _launch(args: argparse.Namespace) -> int:
     from trainkit._internal.tools.launch_command import main as launch
 
     return launch(args)
-def _default_prewarm() -> list[str]:
-    """The modules to prewarm in the warm cluster's workers: the torch backend's (what its workers
-    import first) where trainkit-torch is installed and loads, else none."""
-    from trainkit._internal.plugins import torch_backend
-
-    return list(framework.prewarm_modules) if (framework := torch_backend()) is not None else []
 
 
-def _up(args: argparse.Namespace) -> int:
-    from trainkit._internal.cluster import warm, warm_keeper
+def _runtime_missing(args: argparse.Namespace) -> int:
+    """``trainkit up`` / ``down`` where no runtime plugin adds them: which install does."""
+    from trainkit._internal.plugins import install_hint
 
-    try:
-        idle_s = warm.parse_duration(args.idle_timeout) if args.idle_timeout is not None else warm.DEFAULT_IDLE_TIMEOUT_S
-    except ValueError:
-        _say(f"trainkit up: --idle-timeout {args.idle_timeout!r}: give e.g. 90s, 30m, 2h, or 0 for never", error=True)
-        return 2
-    prewarm = [m for m in (args.prewarm if args.prewarm is not None else _default_prewarm()) if m != "none"]
-    try:
-        if args.spares is not None and args.spares < 0:
-            raise RuntimeError(f"--spares {args.spares}: give 0 (none) or more")
-        record, started = warm_keeper.up(idle_s, args.num_cpus, prewarm, args.spares)
-    except RuntimeError as exc:
-        _say(f"trainkit up: {exc}", error=True)
-        return 1
-    if args.json:
-        print(json.dumps({**record, "started_now": started}, indent=1))
-        return 0
-    idle = f"stops after {record['idle_timeout_s']:g} s unused" if record["idle_timeout_s"] else "no idle timeout"
-    _say(f"warm cluster {'started' if started else 'already up'} at {record['address']} (keeper pid "
-         f"{record['keeper_pid']}, {record.get('num_cpus') or '?'} CPUs, {idle}, prewarm: "
-         f"{', '.join(record['prewarm']) or 'nothing'}, {record.get('spares', 0)} spare workers); "
-         "`trainkit down` stops it")
-    if not started and (unlike := _settings_unlike(args, record, idle_s, prewarm)):
-        _say(f"trainkit up: the cluster already up has {'; '.join(unlike)}: not what was asked; "
-             "`trainkit down`, then `trainkit up` again, to change them", error=True)
-    return 0
+    _say(f"trainkit {args.command}: the warm local cluster is the trainkit-warm package, not installed here: "
+         f"{install_hint('trainkit-warm')}", error=True)
+    return 2
 
 
-def _settings_unlike(args: argparse.Namespace, record: dict, idle_s: float, prewarm: list[str]) -> list[str]:
-    """The settings given on ``up``'s command line that the cluster already up has otherwise."""
-    asked = [("--idle-timeout", args.idle_timeout, idle_s, float(record.get("idle_timeout_s") or 0)),
-             ("--prewarm", args.prewarm, prewarm, record.get("prewarm")),
-             ("--spares", args.spares, args.spares, record.get("spares")),
-             ("--num-cpus", args.num_cpus, float(args.num_cpus or 0), float(record.get("num_cpus") or 0))]
-    return [f"{flag} {has!r}" for flag, given, want, has in asked if given is not None and want != has]
-
-
-def _down(args: argparse.Namespace) -> int:
-    from trainkit._internal.cluster import warm_keeper
-
-    record = warm_keeper.down()
-    if args.json:
-        print(json.dumps({"stopped": record}, indent=1))
-    elif record is None:
-        _say("no warm cluster is up")
-    else:
-        _say(f"warm cluster {record['address']} stopped (keeper pid {record['keeper_pid']})")
-    return 0
+RUNTIME_COMMANDS = {"up": "start a warm local Ray cluster that later runs attach to (needs trainkit-warm)",
+                    "down": "stop the warm local cluster (needs trainkit-warm)"}
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -283,29 +238,21 @@ def main(argv: list[str] | None = None) -> int:
                                  "is torchrun's: `trainkit launch` in place of `torchrun` does the same job.")
     launch_arguments(launch)
     launch.set_defaults(func=_launch)
-    up = commands.add_parser("up", help="start a warm local Ray cluster that later runs attach to (opt-in)",
-                             description="Start this user's warm local cluster (Ray on loopback, its files private) "
-                             "that fit(), `trainkit launch` and scripts started afterwards attach to instead of "
-                             "starting Ray each. Every run still gets fresh worker processes. `trainkit down` stops it.")
-    up.add_argument("--idle-timeout", help="stop it when no driver used it for this long: 90s, 30m, "
-                    "2h, or 0 for never (default: 30m)")
-    up.add_argument("--num-cpus", type=int, help="CPUs the cluster offers (default: the machine's)")
-    up.add_argument("--prewarm", action="append", metavar="MODULE", help="a module its idle workers import ahead "
-                    "of a run; repeat for more, `none` for nothing (default: the torch backend's modules where trainkit-torch is installed)")
-    up.add_argument("--spares", type=int, metavar="N", help="worker processes it keeps started, with the prewarm "
-                    "modules imported, for the next run to take (default: one per CPU, at most 4; 0 for none)")
-    up.add_argument("--json", action="store_true", help="machine-readable output: the cluster's record")
-    up.set_defaults(func=_up)
-    down = commands.add_parser("down", help="stop the warm local cluster; nothing of it is left running")
-    down.add_argument("--json", action="store_true", help="machine-readable output")
-    down.set_defaults(func=_down)
     migrate = commands.add_parser("migrate", help="rewrite Ray Train scripts to trainkit (a diff, or --write)")
     migrate.add_argument("paths", nargs="+", metavar="PATH", help="a .py file, or a directory: every .py under it")
     migrate.add_argument("--write", action="store_true", help="rewrite the files in place instead of printing a diff")
     migrate.add_argument("--json", action="store_true", help="machine-readable output: changed files, what was not "
                          "rewritten")
     migrate.set_defaults(func=_migrate)
-    args = parser.parse_args(argv)
+    from trainkit._internal.plugins import get_plugins
+
+    get_plugins().hook.trainkit_cli_commands(subcommands=commands)  # runtime plugins' (trainkit-warm's up, down)
+    for name, help_text in RUNTIME_COMMANDS.items():
+        if name not in commands.choices:
+            commands.add_parser(name, help=help_text, add_help=False).set_defaults(func=_runtime_missing)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.func is not _runtime_missing:  # (its hint, whatever its options)
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     return args.func(args)
 
 

@@ -103,7 +103,7 @@ class PreemptionError(TrainingFailedError):
         self.drain_timed_out = drain_timed_out
         self.worker_failures = dict(worker_failures or {})
 
-    def __reduce__(self) -> tuple:  # survives a pickle (the warm cluster's spare driver sends it back)
+    def __reduce__(self) -> tuple:  # survives a pickle (trainkit-warm's standby driver sends it back)
         return PreemptionError, (self.preemption_info, self.drain_timed_out, self.worker_failures), \
             {**self.__dict__, "args": self.args}  # (the driver adds the budget spent to its message)
 

@@ -113,24 +113,25 @@ class DataParallelTrainer:
 
         Raises ``TrainingFailedError`` (also in ``Result.error``) when the run fails after its retries.
         """
-        from trainkit._internal.driver import handoff
         from trainkit._internal.plugins import get_plugins
 
-        get_plugins().hook.trainkit_check_inputs(train_loop_per_worker=self.train_loop_per_worker,
-                                                 train_loop_config=self.train_loop_config, datasets=self.datasets)
+        hook = get_plugins().hook
+        hook.trainkit_check_inputs(train_loop_per_worker=self.train_loop_per_worker,
+                                   train_loop_config=self.train_loop_config, datasets=self.datasets)
         local = self.scaling_config.local_mode
         run = dict(train_fn=self.train_loop_per_worker, train_loop_config=self.train_loop_config,
                    backend_config=self.backend_config, scaling_config=self.scaling_config,
                    run_config=self.run_config, datasets=self._datasets, validation_config=self.validation_config,
                    default_name=f"{type(self).__name__}_{time.strftime('%Y-%m-%d_%H-%M-%S')}")
-        # on the warm cluster, its spare driver runs it: this process never imports Ray
-        result = None if local else handoff.hand_off(run)
+        # a runtime plugin may run it elsewhere (trainkit-warm: its standby driver): Ray never imported here
+        result = None if local else hook.trainkit_hand_off_fit(run=run)
         if result is None:
             from trainkit._internal.cluster.ray_runtime import fork_server_ahead
             from trainkit._internal.driver.controller import Controller, fork_server_of
 
             # an embedded cluster's workers fork from a server that imports the framework: it starts now
-            with fork_server_ahead(None if local else fork_server_of(self.backend_config)[0]):
+            with fork_server_ahead(None if local else fork_server_of(self.backend_config)[0],
+                                   attaching=lambda: hook.trainkit_cluster_to_attach() is not None):
                 if not local:
                     _check_picklable(self.train_loop_per_worker, self.train_loop_config)
                 result = Controller(**run).run()

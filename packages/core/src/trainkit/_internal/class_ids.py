@@ -1,8 +1,8 @@
 """One record of the classes cloudpickle sent by value, for Ray's vendored cloudpickle and the
 standalone one. A class defined in the user's script travels by value with an id; a process that
 unpickles it keeps the id, so the object sent back is of the sender's very class. A ``fit()``
-handed to the warm cluster's spare driver pickles the run with the standalone cloudpickle (its
-process never imports Ray) while Ray pickles what the workers send back: with two records, a
+handed to the warm cluster's standby driver (trainkit-warm) pickles the run with the standalone
+cloudpickle (its process never imports Ray) while Ray pickles what the workers send back: with two records, a
 dataclass returned by the training function would come back as a copy of the user's class, not
 the class (``isinstance`` False)."""
 

@@ -1,4 +1,5 @@
-"""Plugin discovery (entry-point group ``trainkit.plugins``) and the backend registry.
+"""Plugin discovery (entry-point groups ``trainkit.plugins``, the frameworks', and
+``trainkit.runtimes``, e.g. trainkit-warm: ``hookspecs.py``) and the backend registry.
 
 Environment:
     TRAINKIT_PLUGINS                  comma-separated allow list (only these load)
@@ -34,6 +35,7 @@ from trainkit.errors import UnknownBackendError
 
 logger = logging.getLogger("trainkit.plugins")
 GROUP = "trainkit.plugins"
+RUNTIMES = "trainkit.runtimes"  # runtime plugins: loaded as framework ones, registering no backend
 
 
 DIRECT = "<direct>"  # registrations made outside any plugin (tests, scripts)
@@ -238,7 +240,7 @@ def load_plugins() -> Plugins:
                 else "TRAINKIT_DISABLE_PLUGIN_AUTOLOAD is set" if not autoload and name not in allow
                 else None)
 
-    points = sorted(md.entry_points(group=GROUP), key=lambda e: e.name)
+    points = sorted([*md.entry_points(group=GROUP), *md.entry_points(group=RUNTIMES)], key=lambda e: e.name)
     names = [ep.name for ep in points]
     for name in sorted({n for n in names if names.count(n) > 1 and not disabled(n)}):
         infos = [_info(ep) for ep in points if ep.name == name]  # one entry name from two distributions

@@ -216,7 +216,7 @@ def no_leaked_processes() -> Iterator[None]:
 
     yield
     started = time.monotonic()
-    # trainkit's warm workers for the next fit are no leak, but new processes whenever Ray's idle pool had
+    # trainkit's spare workers for the next fit are no leak, but new processes whenever Ray's idle pool had
     # none to give them (a busy machine): stopped first, then waited for like the rest
     spare.take(None)
     left = _wait_until_gone(lambda: new_processes(of_the_cluster=False))

@@ -36,27 +36,32 @@ import threading
 from typing import TYPE_CHECKING, Callable, Iterator
 from pathlib import Path
 
-from trainkit._internal.cluster import forkserver, ray_patches, ray_private, ray_worker_main, warm, watchdog
+from trainkit._internal.cluster import forkserver, ray_patches, ray_private, ray_worker_main, watchdog
 from trainkit._internal.cluster.userdir import private_dir
 
 if TYPE_CHECKING:
     from trainkit.backend import BackendConfig
+    from trainkit.runtime import AttachedCluster
+
+Attach = Callable[[dict], "AttachedCluster | None"]  # a runtime plugin's trainkit_attach_cluster
 
 
-def ensure_ray(framework: type[BackendConfig] | None = None, *, scripts: bool = False, **init_kwargs: object) -> None:
-    """Connect to Ray unless connected; ``init_kwargs`` (e.g. ``num_cpus``) shape an embedded cluster,
+def ensure_ray(framework: type[BackendConfig] | None = None, *, scripts: bool = False, attach: Attach | None = None,
+               **init_kwargs: object) -> None:
+    """Connect to Ray unless connected: ``RAY_ADDRESS``'s cluster, else the one ``attach`` (a runtime
+    plugin's hook) connects to, else an embedded cluster shaped by ``init_kwargs`` (e.g. ``num_cpus``),
     whose workers start forked from a process that imported ``framework`` (``start_fork_server``, or
     the one ``fork_server_ahead`` started), as do, with ``scripts``, the scripts of ``trainkit
     launch`` (``forkserver.ENV``)."""
     global _ahead
     with _starting:
-        _ensure_ray(framework, scripts, init_kwargs)
-        if _ahead is not None:  # Ray is connected without it (already, RAY_ADDRESS, the warm cluster)
+        _ensure_ray(framework, scripts, attach, init_kwargs)
+        if _ahead is not None:  # Ray is connected without it (already, RAY_ADDRESS, an attached cluster)
             _ahead = None
             stop_fork_server()
 
 
-def _ensure_ray(framework: type[BackendConfig] | None, scripts: bool, init_kwargs: dict) -> None:
+def _ensure_ray(framework: type[BackendConfig] | None, scripts: bool, attach: Attach | None, init_kwargs: dict) -> None:
     global _ahead
     import ray
 
@@ -67,9 +72,9 @@ def _ensure_ray(framework: type[BackendConfig] | None, scripts: bool, init_kwarg
     if os.environ.get("RAY_ADDRESS"):
         ray.init(**quiet)
         return
-    with warm.attach_lock():
-        if (record := warm.attachable()) is not None and _attach_warm(ray, record, quiet):
-            return
+    if attach is not None and (cluster := attach(dict(quiet))) is not None:
+        _attached_to(cluster)
+        return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if not _forks_workers() or not ray_patches.enabled("lean_node"):  # (the workers' entry point)
         framework = None
@@ -96,7 +101,7 @@ def _ensure_ray(framework: type[BackendConfig] | None, scripts: bool, init_kwarg
     global _embedded_node
     _embedded_node = node = ray_private.global_node()
     _check_loopback(node)
-    atexit.register(_stop_embedded_cluster)  # runs before Ray's own exit hook (atexit is LIFO)
+    atexit.register(stop_embedded_cluster)  # runs before Ray's own exit hook (atexit is LIFO)
     watchdog.start([info.process.pid for infos in ray_private.node_processes(node).values() for info in infos]
                    + ([_fork_server.pid] if _fork_server is not None else []))
 
@@ -111,26 +116,37 @@ def _embedded_start() -> Iterator[None]:
     environ_before = {name: os.environ.get(name)
                       for name in (*ray_patches.SETTINGS_ENV, ray_worker_main.WORKERS_ENV, forkserver.ENV)}
     os.environ.update(ray_patches.SETTINGS_ENV)
-    loopback_before = ray_patches.set_single_machine(True)  # this process read the flag at import
-    notice = logging.getLogger(ray_private.TOKEN_NOTICE_LOGGER)
-    level = notice.level
-    notice.setLevel(logging.ERROR)
     patched = ray_patches.apply(ray_patches.start_replacements(
         worker_path=str(Path(__file__).with_name("ray_worker_main.py")),
         agent_stub=str(Path(__file__).with_name("ray_agent_stub.py"))))
     ray_patches.lazy_pydantic()  # the workers' own is in ray_worker_main, their entry point
     try:
-        yield
+        with loopback_connection():
+            yield
     finally:
         ray_patches.restore(patched)
-        notice.setLevel(level)
-        if loopback_before is not None:
-            ray_patches.set_single_machine(loopback_before)
         for name, value in environ_before.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+@contextlib.contextmanager
+def loopback_connection() -> Iterator[None]:
+    """While this process connects to a single-machine cluster: Ray's single-machine flag on in it
+    (it read the flag at import: 127.0.0.1 then stays 127.0.0.1, not the machine's IP) and Ray's
+    token-setup notice silenced; both as they were after."""
+    loopback_before = ray_patches.set_single_machine(True)
+    notice = logging.getLogger(ray_private.TOKEN_NOTICE_LOGGER)
+    level = notice.level
+    notice.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        notice.setLevel(level)
+        if loopback_before is not None:
+            ray_patches.set_single_machine(loopback_before)
 
 
 def _check_loopback(node: object) -> None:
@@ -145,9 +161,11 @@ def _check_loopback(node: object) -> None:
 
 
 @contextlib.contextmanager
-def fork_server_ahead(framework: type[BackendConfig] | None) -> Iterator[None]:
+def fork_server_ahead(framework: type[BackendConfig] | None,
+                      attaching: Callable[[], bool] = lambda: False) -> Iterator[None]:
     """Start the embedded cluster's fork server for ``framework`` now, where ``ensure_ray`` called
-    now would start one (Ray not connected, no ``RAY_ADDRESS``, no warm cluster to attach to): its
+    now would start one (Ray not connected, no ``RAY_ADDRESS``, not ``attaching`` a runtime plugin's
+    cluster): its
     framework import, the cluster start's longest step, then overlaps what the driver does before
     ``ensure_ray`` (importing Ray, checking the run's inputs, its storage). ``ensure_ray`` takes it;
     one it did not take (the run failed before, or attached elsewhere) is stopped on leaving."""
@@ -155,7 +173,7 @@ def fork_server_ahead(framework: type[BackendConfig] | None) -> Iterator[None]:
     started = None
     with _starting:
         if framework is not None and _ahead is None and _forks_workers() and not _ray_connected() \
-                and not os.environ.get("RAY_ADDRESS") and warm.attachable(quiet=True) is None:
+                and not os.environ.get("RAY_ADDRESS") and not attaching():
             start_fork_server(framework)
             started = _fork_server
             _ahead = (framework, started, threading.get_ident())  # (it dies with this thread)
@@ -227,93 +245,50 @@ _fork_server: subprocess.Popen | None = None  # the embedded cluster's (start_fo
 _ahead: tuple[type[BackendConfig], subprocess.Popen, int] | None = None  # fork_server_ahead's (framework, server, thread), until ensure_ray takes it
 _starting = threading.RLock()  # one thread at a time starts (or decides to start) the embedded cluster
 _embedded_node = None  # the node of the cluster ensure_ray started in this process
-_warm_node = None  # this process's node object while connected to the warm cluster (``trainkit up``)
-_warm_address: str | None = None
-_warm_vital: dict[str, tuple[int, str]] = {}  # the warm cluster's GCS and raylet: kind -> (pid, start time)
+_attached: tuple[object, AttachedCluster] | None = None  # (this process's node object, the cluster) once attached
 
 
-def _attach_warm(ray, record: dict, quiet: dict) -> bool:
-    """Connect to the warm cluster ``record`` names (``warm.py``); False (nothing left connected)
-    when that fails, and the caller starts the embedded cluster."""
-    global _warm_node, _warm_address, _warm_vital
-    single_machine = os.environ.get(SINGLE_MACHINE), ray._private.ray_constants.ENABLE_RAY_CLUSTER
-    ray._private.ray_constants.ENABLE_RAY_CLUSTER = False  # 127.0.0.1 stays 127.0.0.1 (not the machine's IP)
-    if record.get("auth_mode") == "token" and not os.environ.get("RAY_AUTH_MODE"):
-        _token_auth_on()  # Ray turns it on by itself only for a cluster it finds, not for an address given
-    notice = logging.getLogger("ray._private.authentication.authentication_token_setup")
-    level = notice.level
-    notice.setLevel(logging.ERROR)
-    try:
-        ray.init(address=record["address"], _node_ip_address="127.0.0.1", **quiet)
-    except Exception as exc:  # noqa: BLE001 - the cluster went away between the check and here
-        logging.getLogger(__name__).debug("warm cluster %s unusable: %s", record.get("address"), exc)
-        try:
-            ray.shutdown()
-        except Exception:  # noqa: BLE001
-            pass
-        return False
-    finally:
-        notice.setLevel(level)
-        ray._private.ray_constants.ENABLE_RAY_CLUSTER = single_machine[1]
-    _warm_node, _warm_address = ray._private.worker._global_node, record["address"]
-    _warm_vital = {kind: (int(found[0]), str(found[1])) for kind, found in record.get("processes", {}).items()
-                   if kind in _VITAL and found[1]}
-    warm.touch()
-    if ray_patches.switched_on():
-        atexit.register(_leave_warm)  # before Ray's own exit hook (atexit is LIFO)
-    return True
+def _attached_to(cluster: AttachedCluster) -> None:
+    """This process connected to ``cluster`` (a runtime plugin's ``trainkit_attach_cluster``)."""
+    global _attached
+    _attached = (ray_private.global_node(), cluster)
+    atexit.register(_leave_attached)  # before Ray's own exit hook (atexit is LIFO)
 
 
-def _leave_warm() -> None:
-    """Disconnect from the warm cluster at exit without Ray's exit hook's 0.5 s sleep (for log lines
-    the driver never shows: ``log_to_driver=False``); the cluster stays up."""
+def _leave_attached() -> None:
+    """Disconnect from an attached cluster at exit without Ray's exit hook's 0.5 s sleep (for log
+    lines the driver never shows: ``log_to_driver=False``); the cluster stays up."""
     import ray
 
-    if ray.is_initialized() and warm_address() is not None:
+    if ray.is_initialized() and attached_cluster() is not None:
         ray.shutdown()
 
 
-def _token_auth_on() -> None:
-    """Token authentication for this process, with this user's token (``~/.ray/auth_token``, the
-    one the warm cluster's keeper started with), as Ray's ``ray.init`` does for a new local cluster."""
-    try:
-        from ray._private.authentication.authentication_token_setup import _enable_token_auth
-    except ImportError:  # a Ray release without token authentication
-        return
-    _enable_token_auth()
-
-
-def warm_address() -> str | None:
-    """The warm cluster's address while this process is connected to it."""
-    import ray
-
-    node = getattr(ray._private.worker, "_global_node", None)
-    return _warm_address if node is not None and node is _warm_node else None
+def attached_cluster() -> AttachedCluster | None:
+    """The cluster a runtime plugin attached this process to, while connected to it."""
+    node = ray_private.global_node()
+    return _attached[1] if _attached is not None and node is not None and node is _attached[0] else None
 
 
 def own_cluster() -> object | None:
     """A token of the single-machine cluster trainkit runs on (the embedded one this process
-    started, or the warm one it attached to), None on any other cluster (``RAY_ADDRESS``)."""
-    import ray
-
-    node = getattr(ray._private.worker, "_global_node", None)
-    return node if node is not None and (node is _embedded_node or node is _warm_node) else None
+    started, or one a runtime plugin attached it to), None on any other cluster (``RAY_ADDRESS``)."""
+    node = ray_private.global_node()
+    attached = _attached[0] if _attached is not None else None
+    return node if node is not None and (node is _embedded_node or node is attached) else None
 _VITAL = ("gcs_server", "raylet")  # Ray's process types without which the embedded cluster is gone
 
 
 def embedded_cluster_down() -> str | None:
     """Which of the embedded cluster's own vital processes (the GCS, the raylet: this process's
-    children, or the warm cluster's, by pid and start time) has ended and how, or None while they
-    run (or when the cluster is neither embedded nor warm)."""
+    children) has ended and how, or None while they run; on an attached cluster, its ``down()``
+    (None too on any other cluster)."""
     import signal
 
     node = own_cluster()
-    if node is not None and node is _warm_node:
-        for kind, (pid, started) in _warm_vital.items():
-            if not warm.same_process(pid, started):
-                return f"the warm Ray cluster's {kind} (pid {pid}) ended (`trainkit down`, or its keeper died)"
-        return None
-    processes = getattr(node, "all_processes", None) or {}
+    if (attached := attached_cluster()) is not None:
+        return attached.down()
+    processes = ray_private.node_processes(node)
     for kind in _VITAL:
         for info in processes.get(kind, []):
             code = info.process.poll()
@@ -322,7 +297,6 @@ def embedded_cluster_down() -> str | None:
             how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
             return f"the embedded Ray cluster's {kind} (pid {info.process.pid}) {how}"
     return None
-SINGLE_MACHINE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's single-machine mode, servers on loopback
 
 
 def embedded_node() -> object | None:
@@ -405,7 +379,7 @@ def abandon_embedded_cluster() -> None:
     watchdog.stop()
 
 
-def _stop_embedded_cluster() -> None:
+def stop_embedded_cluster() -> None:
     """Stop the cluster ``ensure_ray`` started: all its processes at once where patched
     (``ray_patches.stop_in_parallel``), else as Ray's own exit hook would."""
     import ray

@@ -63,11 +63,11 @@ ACCELERATOR_ENV = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_
 
 
 def _forwarded_env(resources: Mapping[str, float]) -> dict[str, str]:
-    """trainkit's own settings follow the driver to its workers. On the warm cluster the driver's
-    whole environment does (less Ray's own), as the embedded cluster's workers inherit it: those of
-    the warm cluster are its keeper's children. Ray sets a worker's accelerator visibility itself
+    """trainkit's own settings follow the driver to its workers. On an attached cluster (a runtime
+    plugin's, e.g. the warm one) the driver's whole environment does (less Ray's own), as the
+    embedded cluster's workers inherit it: those of an attached cluster are not the driver's children. Ray sets a worker's accelerator visibility itself
     when the worker holds some: the driver's then stays out."""
-    if not ray_runtime.warm_address():
+    if ray_runtime.attached_cluster() is None:
         return {k: v for k, v in os.environ.items() if k.startswith("TRAINKIT_")}
     ray_sets = ACCELERATOR_ENV if set(resources) - {"CPU", "memory"} else ()
     return {k: v for k, v in os.environ.items()

@@ -100,7 +100,11 @@ class Controller:
                     begin = time.monotonic()
                     with ray_init_keeps_breakpoints():
                         framework, scripts = fork_server_of(self.backend_config)
-                        ensure_ray(framework, scripts=scripts)  # its workers fork from a server with the framework imported
+                        hook = self.plugins.hook
+                        # a runtime plugin's cluster, else an embedded one: its workers fork from a server with
+                        # the framework imported
+                        ensure_ray(framework, scripts=scripts,
+                                   attach=lambda kwargs: hook.trainkit_attach_cluster(ray_init_kwargs=kwargs))
                     stop_signals.install()  # Ray's start installs its own SIGTERM handler
                     check_can_ever_place(self.scaling)
                     self._runtime_env = runtime_env.for_workers(self.run_config.worker_runtime_env)

@@ -98,7 +98,7 @@ def rank_died(rank: int, exc: BaseException, worker: WorkerInfo, attempt: int, l
     if lost:
         why = f"died with its node ({type(exc).__name__}): {lost}"
         if ray_runtime.own_cluster() is not None:  # the one node of trainkit's single-machine cluster
-            kind = "warm" if ray_runtime.warm_address() else "embedded"
+            kind = attached.kind if (attached := ray_runtime.attached_cluster()) else "embedded"
             return WorkerGroupError(f"rank {rank} {why}; it was the whole {kind} Ray cluster: every worker went "
                                     f"with it (attempt {attempt})", {rank: exc}, rank=rank,
                                     error_type=FailureKind.CLUSTER_DIED)

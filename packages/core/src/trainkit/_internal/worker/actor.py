@@ -63,7 +63,7 @@ def failure_event(rank: int, exc: BaseException) -> Failed:
 
 
 
-DRIVER_CWD = "TRAINKIT_DRIVER_CWD"  # set by a driver on the warm cluster: its workers run where it runs, as on the embedded one
+DRIVER_CWD = "TRAINKIT_DRIVER_CWD"  # set by a driver on an attached cluster: its workers run where it runs, as on the embedded one
 CLAIMER_WATCH_S = 0.5  # how often a claimed spare checks that the driver that claimed it still runs
 
 
@@ -130,7 +130,8 @@ class Worker:
             self._session.preemption_info = info
 
     def claim(self, claimer: tuple[int, str], modules: tuple[str, ...], sys_path: list[str]) -> bool:
-        """A driver takes this spare of the warm cluster's keeper (``keeper_spares``): True for the
+        """A driver takes this spare worker of the warm cluster's keeper (trainkit-warm's
+        ``spare_workers``): True for the
         first claim only. The process then imports ``modules`` (the group's framework) if its own
         prewarm did not, finds the driver's code where Ray would put it (``sys_path``), and ends
         itself when the claiming process (pid, start time) ends without stopping it: its keeper
@@ -186,7 +187,7 @@ class Worker:
 
     def setup(self, context: TrainContext, env: dict[str, str], driver_node: str) -> None:
         os.environ.update(env)
-        if (cwd := env.get(DRIVER_CWD)) and os.path.isdir(cwd):  # the warm cluster's workers start in "/"
+        if (cwd := env.get(DRIVER_CWD)) and os.path.isdir(cwd):  # an attached cluster's workers start elsewhere ("/")
             os.chdir(cwd)
         self._context = context
         self._driver_node = driver_node

@@ -1,4 +1,4 @@
-"""Warm workers: when a worker group of the embedded cluster shuts down, the driver starts the same
+"""Spare workers: when a worker group of the embedded cluster shuts down, the driver starts the same
 number of worker processes for the next group of the same shape (the next attempt, or the next fit
 of a notebook or an HPO loop), with the framework already imported.
 
@@ -8,7 +8,8 @@ time it takes to start a process and import the framework. They hold no resource
 (``num_cpus=0``); the group that takes them places its placement group as a cold start does, so
 Tune trials and the user's own tasks see the whole machine between fits. Only CPU workers of at
 most one CPU each are prestarted (a GPU worker's devices, and a larger worker's thread count, are
-given to a process as Ray starts it). ``TRAINKIT_WARM_WORKERS=0`` turns it off.
+given to a process as Ray starts it). ``TRAINKIT_SPARE_WORKERS=0`` turns it off (and the warm
+cluster's spare workers: trainkit-warm).
 
 A run that may restart (``max_failures`` left) prestarts them as soon as its attempt has started, so
 that a restart finds them ready (a process start and the framework's import less on every restart);
@@ -20,6 +21,7 @@ imports done even when it follows at once, as the end of a fit is too late for t
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
@@ -55,16 +57,28 @@ def fits_in_a_row() -> bool:
     return _fits > 1
 
 
+ENV = "TRAINKIT_SPARE_WORKERS"  # "0": no spare workers
+OLD_ENV = "TRAINKIT_WARM_WORKERS"  # its name before 0.1 (warm names the warm cluster only)
+
+
+def turned_on() -> bool:
+    """Spare workers are on (``TRAINKIT_SPARE_WORKERS``; the old name still read, with a warning)."""
+    value = os.environ.get(ENV)
+    if value is None and (value := os.environ.get(OLD_ENV)) is not None:
+        warnings.warn(f"{OLD_ENV} is now {ENV}: set that instead (the old name goes in the next minor release)",
+                      DeprecationWarning, stacklevel=2)
+    return value != "0"
+
+
 def fits(resources: dict[str, float]) -> bool:
     """Workers with ``resources`` may be prestarted (CPU-only, at most one CPU each)."""
-    return os.environ.get("TRAINKIT_WARM_WORKERS", "1") != "0" and not set(resources) - {"CPU", "memory"} \
-        and resources.get("CPU", 0) <= 1
+    return turned_on() and not set(resources) - {"CPU", "memory"} and resources.get("CPU", 0) <= 1
 
 
 def shape(num_workers: int, resources: dict[str, float], prewarm_modules: tuple[str, ...],
           runtime_env: str = "") -> Shape | None:
     """The shape of a group that may take this driver's prestarted workers; None for one that never
-    can, or on the warm cluster, whose keeper holds spares for every driver (``keeper_spares``)."""
+    can, or on an attached cluster (trainkit-warm's keeper holds spares for every driver)."""
     if ray_runtime.embedded_node() is None or not fits(resources):
         return None
     return Shape(num_workers, prewarm_modules, runtime_env)

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from trainkit._internal.cluster import net, ray_runtime, tpu
 from trainkit._internal.cluster.reservation import reserved_bundles
 from trainkit._internal.worker import runtime_env as runtime_envs
-from trainkit._internal.worker import keeper_spares, spare
+from trainkit._internal.worker import spare
 from trainkit._internal.worker.actor import DRIVER_CWD, actor_options, start_actor
 from trainkit._internal.worker.context_types import TrainContext
 from trainkit.backend import Rendezvous, WorkerInfo
@@ -118,9 +118,11 @@ class WorkerGroup:
                                                                          runtime_envs.key(runtime_env))
         options = actor_options(resources, runtime_env)
         actors = spare.take(spare_shape) or []
-        if not actors and ray_runtime.warm_address() and not (reserved or any(selectors) or runtime_env) \
-                and spare.fits(resources):
-            actors = keeper_spares.claim(num_workers, prewarm_modules)
+        if not actors and ray_runtime.attached_cluster() and not (reserved or any(selectors) or runtime_env) \
+                and spare.fits(resources):  # a runtime plugin's spares (trainkit-warm's keeper's)
+            from trainkit._internal.plugins import get_plugins
+
+            actors = get_plugins().hook.trainkit_claim_workers(count=num_workers, prewarm_modules=prewarm_modules) or []
         actors += [
             start_actor(prewarm_modules, **options, scheduling_strategy=PlacementGroupSchedulingStrategy(
                 pg, placement_group_bundle_index=first_bundle + i))
@@ -134,7 +136,7 @@ class WorkerGroup:
                                     else (info["node_id"] != driver_node, i))
             group = cls(workers, None if reserved else pg, marks, spare_shape, key, runtime_env)  # a trial's reservation stays the trial's
             num_slices = num_workers // per_slice if scaling.use_tpu else 1
-            cwd = {DRIVER_CWD: os.getcwd()} if ray_runtime.warm_address() else {}
+            cwd = {DRIVER_CWD: os.getcwd()} if ray_runtime.attached_cluster() else {}
             ray.get([
                 w.actor.setup.remote(
                     TrainContext(world_rank=w.world_rank, world_size=num_workers, local_rank=w.local_rank,

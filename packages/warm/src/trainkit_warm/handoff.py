@@ -1,20 +1,20 @@
 """A ``fit()`` on the warm cluster without Ray in the user's process.
 
-The warm cluster's keeper (``trainkit up``) holds a spare driver: a process that has imported Ray
+The warm cluster's keeper (``trainkit up``) holds a standby driver: a process that has imported Ray
 and trainkit's driver and listens on ``<private dir>/driver.sock``. ``fit()`` in a process that
-never imported Ray hands that spare its run instead of importing Ray (0.35 s), connecting and, at
-exit, disconnecting (Ray's fixed 0.27 s): the spare takes the process's stdin, stdout and stderr
+never imported Ray hands that standby its run instead of importing Ray (0.35 s), connecting and, at
+exit, disconnecting (Ray's fixed 0.27 s): the standby takes the process's stdin, stdout and stderr
 (passed over the socket), its working directory, environment, ``sys.path`` and ``sys.argv``, runs
 the run's control (``Controller.run``) as this process would, and sends back the ``Result``, the
 exception or the exit status, which ``fit()`` returns, raises or exits with. The training
-function and its config travel pickled and are unpickled on the workers only (the spare never
+function and its config travel pickled and are unpickled on the workers only (the standby never
 imports the user's modules or the framework). Ctrl-C, SIGTERM and SIGHUP reaching this process
-while it waits go on to the spare (where their disposition is still the default: see
-``signals.py``), which stops the run as a driver of its own would; a spare whose process is gone
+while it waits go on to the standby (where their disposition is still the default: see
+``signals.py``), which stops the run as a driver of its own would; a standby whose process is gone
 (SIGKILL) ends itself at once, as Ray ends a dead driver's workers.
 
-Promise: a run is handed off only once the spare said it started it (its socket renamed first:
-``warm.taken_marker``); until then nothing of it ran, and any refusal (no spare, one that is loading,
+Promise: a run is handed off only once the standby said it started it (its socket renamed first:
+``warm.taken_marker``); until then nothing of it ran, and any refusal (no standby, one that is loading,
 already taken, or not this process's twin: ``_refusal``) leaves ``fit()`` to run it here as before.
 After that, ``fit()`` never runs it again. Not handed off where something of the run lives in this
 process (``_stays_here``): Ray imported (it may use Ray after ``fit()``, connected as before), local
@@ -39,18 +39,18 @@ import traceback
 import warnings
 from typing import Any, Iterator
 
-from trainkit._internal.cluster import warm
 from trainkit._internal.class_ids import share_class_ids
 from trainkit._internal.cluster.forkserver import die_with_parent, fresh_signals, listen_at, site_dirs
 from trainkit._internal.driver.signals import STOP_SIGNALS
 from trainkit.result import Result
+from trainkit_warm import record as warm
 
 _FRAME = struct.Struct("!cQ")  # kind, length
 STARTED, DECLINED, RESULT, RAISED, EXITED = b"S", b"D", b"R", b"E", b"X"
 
 
 class _Pickled:
-    """The user's function or config as the user's process pickled it: the spare ships it to the
+    """The user's function or config as the user's process pickled it: the standby ships it to the
     workers as it came, and they unpickle it (``pickle.loads`` with cloudpickle's functions)."""
 
     def __init__(self, data: bytes):
@@ -62,7 +62,7 @@ class _Pickled:
 
 # -- the user's process ---------------------------------------------------------------------------
 def hand_off(controller_args: dict[str, Any]) -> Result | None:
-    """Run ``Controller(**controller_args).run()`` in the warm cluster's spare driver; its
+    """Run ``Controller(**controller_args).run()`` in the warm cluster's standby driver; its
     ``Result``, or None when the run was not handed off (run it here)."""
     if _stays_here(controller_args):
         return None
@@ -134,27 +134,27 @@ def _umask() -> int | None:
 
 
 def _started(blobs: dict[str, bytes], rest: bytes, warning_filters: bytes) -> tuple[socket.socket, int] | None:
-    """The connection to the spare once it started the run, and its pid; None when it did not."""
+    """The connection to the standby once it started the run, and its pid; None when it did not."""
     request = pickle.dumps({"executable": sys.executable, "cwd": os.getcwd(), "env": dict(os.environ),
                             "sys_path": list(sys.path), "argv": list(sys.argv), "umask": _umask(),
                             "streams": [(stream.encoding, stream.errors) for stream in (sys.stdin, sys.stdout, sys.stderr)],
                             "warnings": warning_filters, **blobs, "rest": rest})
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        # shared from the look at the warm cluster's record until the spare touched its used-file
+        # shared from the look at the warm cluster's record until the standby touched its used-file
         with warm.attach_lock():
             if warm.attachable(quiet=True) is None:
                 raise OSError("no warm cluster")
-            conn.connect(str(warm.spare_driver_socket()))
+            conn.connect(str(warm.standby_driver_socket()))
             for stream in (sys.stdout, sys.stderr):
-                stream.flush()  # what this process printed comes before what the spare prints
+                stream.flush()  # what this process printed comes before what the standby prints
             frame = _FRAME.pack(b"Q", len(request)) + request
             sent = socket.send_fds(conn, [frame], [0, 1, 2])  # this process's stdio (_stays_here)
             conn.sendall(frame[sent:])
             reply = _receive_frame(conn)
     except OSError:
         reply = None
-    except BaseException:  # Ctrl-C meanwhile: the spare, if it started, ends with the connection
+    except BaseException:  # Ctrl-C meanwhile: the standby, if it started, ends with the connection
         conn.close()
         raise
     if reply is None or reply[0] != STARTED:
@@ -165,7 +165,7 @@ def _started(blobs: dict[str, bytes], rest: bytes, warning_filters: bytes) -> tu
 
 @contextlib.contextmanager
 def _forwarded(pid: int) -> Iterator[None]:
-    """This process's stop signals go to the spare ``pid`` (where their disposition is the default one)."""
+    """This process's stop signals go to the standby ``pid`` (where their disposition is the default one)."""
     previous = {}
     for signum in STOP_SIGNALS:
         if signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler):
@@ -205,9 +205,9 @@ def _receive_frame(conn: socket.socket, fds: list[int] | None = None) -> tuple[b
     return kind, bytes(data)
 
 
-# -- the spare driver -----------------------------------------------------------------------------
+# -- the standby driver -----------------------------------------------------------------------------
 def serve(keeper_pid: int) -> None:
-    """The spare: load, listen, take one run and run it; dies with the keeper until taken."""
+    """The standby: load, listen, take one run and run it; dies with the keeper until taken."""
     die_with_parent()
     if os.getppid() != keeper_pid:  # it ended before the line above
         return
@@ -223,12 +223,12 @@ def serve(keeper_pid: int) -> None:
     share_class_ids()  # a class of the user's sent back is the user's class again (class_ids.py)
     loaded_site = site_dirs()
     added_path = [entry for entry in sys.path if entry not in started_path]  # Ray's vendored packages
-    path = str(warm.spare_driver_socket())
+    path = str(warm.standby_driver_socket())
     listener, inode = listen_at(path, 8)  # found from now on
     conn, _ = listener.accept()
     try:
         if os.stat(path).st_ino != inode:
-            raise OSError("not this spare's socket")
+            raise OSError("not this standby's socket")
         os.rename(path, warm.taken_marker(os.getpid()))  # taken: the keeper leaves this process alone
     except OSError:  # (replaced meanwhile): the user's process runs its fit itself
         return
@@ -282,7 +282,7 @@ def serve(keeper_pid: int) -> None:
     # sees this driver's end as any driver's, and the run left nothing behind; but a cluster of its
     # own (the warm one gone before it connected) is stopped as at any driver's exit.
     if ray_runtime.embedded_node() is not None:
-        ray_runtime._stop_embedded_cluster()
+        ray_runtime.stop_embedded_cluster()
     os._exit(0)
 
 
@@ -317,18 +317,18 @@ def _with_cause(reduced: tuple, cause: BaseException) -> BaseException:
 
 
 def _refusal(request: dict, loaded_site: dict, started_env: dict[str, str]) -> str | None:
-    """Why this spare cannot be the user's driver (None: it can): another interpreter, a
+    """Why this standby cannot be the user's driver (None: it can): another interpreter, a
     ``pip install`` since it loaded, Ray's settings differing, or a module it loaded that the
     user's ``sys.path`` (with what importing Ray adds) finds elsewhere (a checkout of trainkit, a
     ``ray.py`` beside the script)."""
     if request["executable"] != sys.executable:
         return f"another interpreter: {request['executable']}"
     if site_dirs() != loaded_site:
-        return "site-packages changed since the spare driver loaded"
+        return "site-packages changed since the standby driver loaded"
     env = request["env"]
     for key in sorted({*env, *started_env}):
         if key.startswith(_LOADED_WITH) and env.get(key) != started_env.get(key):
-            return f"{key} differs from the spare driver's"
+            return f"{key} differs from the standby driver's"
     for name, module in list(sys.modules.items()):
         origin = getattr(getattr(module, "__spec__", None), "origin", None)
         if "." in name or name.startswith("_") or not origin or not os.path.isabs(origin):
@@ -352,7 +352,7 @@ def _warning_filters(filters: list[tuple]) -> list[tuple]:
     return loaded
 
 
-# what the spare imported Ray and loaded the plugins with (plugins.py)
+# what the standby imported Ray and loaded the plugins with (plugins.py)
 _LOADED_WITH = ("RAY_", "TRAINKIT_PLUGINS", "TRAINKIT_DISABLED_PLUGINS", "TRAINKIT_DISABLE_PLUGIN_AUTOLOAD",
                 "TRAINKIT_PLACEMENT_TIMEOUT_S", "TRAINKIT_PREEMPTION_POLL_S")  # (read as their modules load)
 
@@ -374,7 +374,7 @@ def _become_the_users(request: dict, fds: list[int]) -> None:
     sys.argv[:] = request["argv"]
     if request["umask"] is not None:
         os.umask(request["umask"])
-    die_with_parent(on=False)  # a taken spare outlives the keeper: its run records what becomes of the cluster
+    die_with_parent(on=False)  # a taken standby outlives the keeper: its run records what becomes of the cluster
 
 
 def _end_with_the_users_process(conn: socket.socket, replied: threading.Event) -> None:

@@ -17,7 +17,7 @@ the driver starts its embedded cluster as before. ``RAY_ADDRESS`` still wins; so
 Workers stay per run: every run gets fresh worker processes that never ran another run's code.
 What the warm cluster saves is Ray's start (GCS, raylet, agents) and the workers' start: its keeper
 holds spare worker processes with ``--prewarm``'s modules imported, which the next driver takes
-(``keeper_spares.py``): nothing of a user's code runs in one before it is taken.
+(``spare_workers.py``): nothing of a user's code runs in one before it is taken.
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from trainkit._internal.cluster.userdir import private_dir
 RECORD = "warm.json"
 USED = "warm.used"  # its mtime: when a driver last connected
 ATTACH_LOCK = "warm.attach"  # shared by a driver from its look at the record until it connected
-SPARE_DRIVER = "driver.sock"  # the keeper's spare driver listens there (driver/handoff.py)
-DECLINED_EXIT = 3  # a spare driver's exit status once it declined a run (the keeper waits before the next)
-KEEPER_ENV = "TRAINKIT_WARM_KEEPER"  # set in the keeper: its ensure_ray starts the cluster, never attaches
+STANDBY_DRIVER = "driver.sock"  # the keeper's standby driver listens there (handoff.py)
+DECLINED_EXIT = 3  # a standby driver's exit status once it declined a run (the keeper waits before the next)
+KEEPER_ENV = "TRAINKIT_WARM_KEEPER"  # set in the keeper: it and its children never attach (it owns the cluster)
 DEFAULT_IDLE_TIMEOUT_S = 30 * 60
 POLL_S = 1.0
 
@@ -49,19 +49,19 @@ def record_path() -> Path:
     return private_dir() / RECORD
 
 
-def spare_driver_socket() -> Path:
-    return private_dir() / SPARE_DRIVER
+def standby_driver_socket() -> Path:
+    return private_dir() / STANDBY_DRIVER
 
 
 def taken_marker(pid: int) -> Path:
-    """The name the spare driver ``pid`` gives its socket once a ``fit()`` took it: the keeper (and
+    """The name the standby driver ``pid`` gives its socket once a ``fit()`` took it: the keeper (and
     ``trainkit down``) then leave that process to end with its run; the keeper removes it after."""
-    return private_dir() / f"{SPARE_DRIVER}.taken.{pid}"
+    return private_dir() / f"{STANDBY_DRIVER}.taken.{pid}"
 
 
-def taken_spare_drivers() -> set[int]:
-    """The pids of the spare drivers a ``fit()`` took (``taken_marker``)."""
-    found = (marker.name.rpartition(".")[2] for marker in private_dir().glob(f"{SPARE_DRIVER}.taken.*"))
+def taken_standby_drivers() -> set[int]:
+    """The pids of the standby drivers a ``fit()`` took (``taken_marker``)."""
+    found = (marker.name.rpartition(".")[2] for marker in private_dir().glob(f"{STANDBY_DRIVER}.taken.*"))
     return {int(pid) for pid in found if pid.isdigit()}
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-SRC = [str(Path(__file__).resolve().parents[1] / "src")]
+SRC = [str(Path(__file__).resolve().parents[2] / package / "src") for package in ("core", "warm")]
 
 JOB = textwrap.dedent('''
     import json, sys
@@ -40,7 +40,7 @@ JOB = textwrap.dedent('''
         train_fn, scaling_config=trainkit.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
         run_config=trainkit.RunConfig(name=sys.argv[2], storage_path=sys.argv[1])).fit()
     print("RESULT " + json.dumps({"value": result.metrics["value"], "setting": result.metrics["setting"],
-                                  "warm_address": ray_runtime.warm_address(),
+                                  "warm_address": getattr(ray_runtime.attached_cluster(), "address", None),
                                   "embedded": ray_runtime.embedded_node() is not None,
                                   "gcs_address": ray.get_runtime_context().gcs_address}), flush=True)
 ''')
@@ -81,7 +81,7 @@ def _keepers(ctx) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         try:
-            if "trainkit._internal.cluster.warm_keeper" in (proc.info["cmdline"] or []) and \
+            if "trainkit_warm.keeper" in (proc.info["cmdline"] or []) and \
                     proc.environ().get("TMPDIR") == str(ctx["tmp"]):
                 found.append(proc)
         except psutil.Error:
@@ -204,7 +204,7 @@ CLOCK_SHIM = textwrap.dedent('''
             return _wall()
 
     def _marked_sleep(seconds):
-        if sys._getframe(1).f_code.co_filename.endswith("warm_keeper.py"):
+        if sys._getframe(1).f_code.co_filename.endswith("keeper.py"):
             with open(os.environ["TEST_POLLS"], "a") as f:
                 f.write(".")
         _sleep(seconds)
@@ -284,7 +284,7 @@ def test_stale_record_falls_back_to_the_embedded_start(warm_env):
 
 
 def test_parse_duration():
-    from trainkit._internal.cluster.warm import parse_duration
+    from trainkit_warm.record import parse_duration
 
     assert parse_duration("90") == 90 and parse_duration("30m") == 1800 and parse_duration("2h") == 7200
     assert parse_duration("0") == 0 and parse_duration("never") == 0
@@ -336,7 +336,7 @@ def _wait_for_spares(record: dict, count: int, timeout_s: float = 120) -> set[in
 
 
 # the user's module only from the driver's directory; spares on (CI's sessions turn them off)
-SPARES_ENV = {"PYTHONPATH": os.pathsep.join(SRC), "TRAINKIT_WARM_WORKERS": "1"}
+SPARES_ENV = {"PYTHONPATH": os.pathsep.join(SRC), "TRAINKIT_SPARE_WORKERS": "1"}
 
 
 def _start_pids_job(ctx, name: str, hold_s: float) -> tuple[subprocess.Popen, Path]:
@@ -621,7 +621,7 @@ def test_a_pip_install_during_a_launch_retires_the_fork_server_and_spares_the_ru
     assert replaced.pid != server.pid
 
 
-# -- a fit() handed to the keeper's spare driver (driver/handoff.py) --------------------------------
+# -- a fit() handed to the keeper's standby driver (handoff.py) --------------------------------
 HANDOFF_JOB = textwrap.dedent('''
     import dataclasses, json, os, sys, time
     import trainkit
@@ -673,8 +673,8 @@ HANDOFF_JOB = textwrap.dedent('''
 
 
 def _spare_driver(ctx, up: subprocess.CompletedProcess, but: int | None = None) -> psutil.Process:
-    """The keeper's spare driver once it listens (another than pid ``but``)."""
-    return _listening(ctx, json.loads(up.stdout), "trainkit._internal.driver.handoff", "driver.sock", but)
+    """The keeper's standby driver once it listens (another than pid ``but``)."""
+    return _listening(ctx, json.loads(up.stdout), "trainkit_warm.handoff", "driver.sock", but)
 
 
 def _handoff_job(ctx, name: str, value: int = 1, hold_s: float = 0, env: dict | None = None) -> subprocess.Popen:

@@ -4,14 +4,14 @@ A Ray worker process serves one job, so the raylet's idle workers help only the 
 warm cluster. The keeper therefore starts worker actors of its own ahead: named ``trainkit-spare-*``,
 detached, holding no resources (``num_cpus=0``) and importing the prewarmed framework. A driver
 whose group could take its own spares (CPU-only workers of at most one CPU, no runtime_env: see
-``spare.py``) claims some instead of starting actors; the keeper starts new ones for the next.
+core's ``_internal/worker/spare.py``) claims some instead of starting actors; the keeper starts new ones for the next.
 
 A claim is the spare's own answer (``Worker.claim``): True to one driver only, so two drivers at
 once never share one. A claimed spare is still a process that never ran a training function; it
 runs in the driver's directory with the driver's code on ``sys.path`` (as Ray's workers of the
 driver's own job would), holds its placement as any worker (the group's placement group is placed
 as on a cold start), and ends with the group, or by itself once the claiming process is gone (its
-owner is the keeper, so Ray would keep it). ``TRAINKIT_WARM_WORKERS=0`` claims none.
+owner is the keeper, so Ray would keep it). ``TRAINKIT_SPARE_WORKERS=0`` claims none.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import uuid
 from typing import Any
 
 from trainkit._internal.cluster.watchdog import identities
+from trainkit._internal.worker import spare
 from trainkit._internal.worker.actor import actor_options, start_actor
 
 NAMESPACE = "trainkit"
@@ -43,7 +44,7 @@ def claim(count: int, modules: tuple[str, ...]) -> list[Any]:
     """Up to ``count`` of the keeper's spares, each claimed for this process; [] when none is left."""
     import ray
 
-    if os.environ.get("TRAINKIT_WARM_WORKERS", "1") == "0":
+    if not spare.turned_on():
         return []
     started = identities([os.getpid()]).get(os.getpid())
     if started is None:  # no /proc: a spare could not tell when this process is gone

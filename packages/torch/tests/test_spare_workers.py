@@ -74,7 +74,7 @@ def user_dir(tmp_path):
 
 def test_a_second_fit_takes_prestarted_workers_that_hold_nothing_of_the_first(ray_cluster, run_config, user_dir,
                                                                               monkeypatch):
-    monkeypatch.setenv("TRAINKIT_WARM_WORKERS", "1")
+    monkeypatch.setenv("TRAINKIT_SPARE_WORKERS", "1")
     first = fit(leave_traces, run_config, {"dir": user_dir})
     assert all(r["process_group"] for r in first)
     prestarted = _spare_pids()
@@ -91,7 +91,7 @@ def test_a_second_fit_takes_prestarted_workers_that_hold_nothing_of_the_first(ra
 
 
 def test_a_group_of_another_shape_stops_the_prestarted_workers_and_starts_cold(ray_cluster, run_config, monkeypatch):
-    monkeypatch.setenv("TRAINKIT_WARM_WORKERS", "1")
+    monkeypatch.setenv("TRAINKIT_SPARE_WORKERS", "1")
     fit(look_around, run_config, {})
     prestarted = _spare_pids()
     collect = Collect()
@@ -125,7 +125,7 @@ class StandbyWhileRunning(trainkit.UserCallback):
 @pytest.mark.parametrize("max_failures", [1, 0])
 def test_a_run_that_may_restart_keeps_the_next_attempts_workers_ready(ray_cluster, run_config, monkeypatch,
                                                                       max_failures):
-    monkeypatch.setenv("TRAINKIT_WARM_WORKERS", "1")
+    monkeypatch.setenv("TRAINKIT_SPARE_WORKERS", "1")
     monkeypatch.setattr(spare, "_fits", 0)  # the driver's only fit: no next fit to prestart for
     seen = StandbyWhileRunning()
     trainer = TorchTrainer(fail_first_attempt, scaling_config=ScalingConfig(num_workers=2), run_config=run_config(
@@ -151,7 +151,7 @@ def report_pid(config):
 def test_fits_in_a_row_prestart_the_next_fits_workers_while_they_run(ray_cluster, run_config, monkeypatch):
     """The first fit in a driver prestarts at its end; each later one as it starts, so that a fit
     that follows at once finds its workers' imports done."""
-    monkeypatch.setenv("TRAINKIT_WARM_WORKERS", "1")
+    monkeypatch.setenv("TRAINKIT_SPARE_WORKERS", "1")
     monkeypatch.setattr(spare, "_fits", 0)
     seen = StandbyWhileRunning()
     for _ in range(3):
@@ -163,7 +163,7 @@ def test_fits_in_a_row_prestart_the_next_fits_workers_while_they_run(ray_cluster
     assert {r["pid"] for r in third} == during_second  # the third fit took them
 
 
-def test_warm_workers_opt_out(ray_cluster, run_config, monkeypatch):
-    monkeypatch.setenv("TRAINKIT_WARM_WORKERS", "0")
+def test_spare_workers_opt_out(ray_cluster, run_config, monkeypatch):
+    monkeypatch.setenv("TRAINKIT_SPARE_WORKERS", "0")
     fit(look_around, run_config, {})
     assert spare._spare is None

@@ -12,25 +12,17 @@ import sys
 import time
 from typing import Any
 
-from trainkit._internal.cluster import forkserver, ray_runtime, ray_worker_main, watchdog
+from trainkit._internal.cluster import forkserver, ray_private, ray_runtime, ray_worker_main, watchdog
 from trainkit._internal.plugins import torch_backend
-from trainkit._internal.worker import keeper_spares
-from trainkit._internal.cluster.warm import (DECLINED_EXIT, DEFAULT_IDLE_TIMEOUT_S, KEEPER_ENV, POLL_S, USED, answers, attach_lock,
-                                            live_record, load_env, read_record, remove_record, same_process, taken_marker,
-                                            taken_spare_drivers, write_record)
+from trainkit_warm import spare_workers
+from trainkit_warm.record import (DECLINED_EXIT, DEFAULT_IDLE_TIMEOUT_S, KEEPER_ENV, POLL_S, USED, answers, attach_lock,
+                                  live_record, load_env, read_record, remove_record, same_process, taken_marker,
+                                  taken_standby_drivers, write_record)
 
 DEFAULT_SPARES = 4
 
 
 # -- the keeper -------------------------------------------------------------------------------------
-def _cluster_processes() -> dict[str, list[int]]:
-    import ray
-
-    node = ray._private.worker._global_node
-    processes = getattr(node, "all_processes", None) or {}
-    return {kind: [info.process.pid for info in infos] for kind, infos in processes.items()}
-
-
 def _cluster_idle() -> bool:
     """No run holds any of the cluster's CPUs: new spares (a process start and the framework's
     import each) would not slow one down."""
@@ -66,13 +58,7 @@ class _Usage:
     def look() -> tuple[bool, Any]:
         """(a driver is connected, the trace drivers left) for ``idle_s``, from Ray's job table and
         the used-file drivers touch when they attach."""
-        import ray
-
-        try:
-            jobs = ray._private.worker.global_worker.gcs_client.get_all_job_info(
-                skip_submission_job_info_field=True, skip_is_running_tasks_field=True)
-        except Exception:  # noqa: BLE001 - Ray's internals moved: count the used-file alone
-            jobs = {}
+        jobs = ray_private.jobs()
         try:
             used = (ray_runtime.private_dir() / USED).stat().st_mtime_ns
         except OSError:
@@ -143,21 +129,21 @@ class _ForkServer:
                 proc.wait()
 
 
-class _SpareDriver:
-    """A driver process ready for the next ``fit()`` to hand its run to (``driver/handoff.py``): one
+class _StandbyDriver:
+    """A driver process ready for the next ``fit()`` to hand its run to (``handoff.py``): one
     at a time, a new one started (while no run is going) once it was taken or ended. A taken one
     (its socket renamed: ``warm.taken_marker``) is the user's driver: it is left to end with its
     run, also when the keeper stops."""
 
-    RESTART_AFTER_S = 10.0  # as the fork server's: a spare that cannot start costs little
+    RESTART_AFTER_S = 10.0  # as the fork server's: a standby that cannot start costs little
 
     def __init__(self, env: dict[str, str]) -> None:
-        self.env = env  # the keeper's as it started: the spare imports Ray with what a driver would have
+        self.env = env  # the keeper's as it started: the standby imports Ray with what a driver would have
         self.usable = len(bytes(taken_marker(2**22))) < 108  # a Unix socket's path is short
         self._proc: subprocess.Popen | None = None
         self._taken: list[subprocess.Popen] = []
         self._failed = -self.RESTART_AFTER_S  # when the last one ended untaken (it could not start, or declined)
-        for pid in taken_spare_drivers():  # a dead keeper's
+        for pid in taken_standby_drivers():  # a dead keeper's
             taken_marker(pid).unlink(missing_ok=True)
 
     @staticmethod
@@ -178,14 +164,14 @@ class _SpareDriver:
             return  # loading, or listening
         if start_new and self.usable and time.monotonic() - self._failed >= self.RESTART_AFTER_S:
             try:
-                self._proc = subprocess.Popen([sys.executable, "-m", "trainkit._internal.driver.handoff",
+                self._proc = subprocess.Popen([sys.executable, "-m", "trainkit_warm.handoff",
                                                str(os.getpid())],
                                               stdin=subprocess.DEVNULL, cwd="/", env=self.env)
             except OSError as exc:  # (a busy machine: tried again later; fits meanwhile run in their own process)
-                print(f"trainkit warm cluster: cannot start the spare driver: {exc}", flush=True)
+                print(f"trainkit warm cluster: cannot start the standby driver: {exc}", flush=True)
 
     def stop(self) -> None:
-        """Stop the spare unless it was taken (the idle stop calls this once no driver can take it)."""
+        """Stop the standby unless it was taken (the idle stop calls this once no driver can take it)."""
         if self._proc is not None and self._proc.poll() is None and not self._is_taken(self._proc):
             self._proc.kill()
             self._proc.wait()
@@ -193,10 +179,10 @@ class _SpareDriver:
 
 def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spares: int | None = None) -> int:
     """The keeper: start the cluster, record it, watch it and keep ``spares`` spare workers ready
-    (``keeper_spares``; default: one per CPU, at most ``DEFAULT_SPARES``); stop it on
+    (``spare_workers``; default: one per CPU, at most ``DEFAULT_SPARES``); stop it on
     SIGTERM/SIGINT/SIGHUP, when no driver used it for ``idle_timeout_s`` (0: never), or when its
     GCS or raylet ends."""
-    driver = _SpareDriver(dict(os.environ))
+    driver = _StandbyDriver(dict(os.environ))
     os.environ[KEEPER_ENV] = "1"
     stop: list[str] = []
 
@@ -210,15 +196,15 @@ def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spare
     forks = _ForkServer(prewarm)
     forks.keep()  # loading while Ray starts
     ray_runtime.ensure_ray(**({"num_cpus": num_cpus} if num_cpus else {}))
-    node = ray._private.worker._global_node
+    node = ray_private.global_node()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # Ray's start installs its own
         signal.signal(sig, on_signal)
     cpus = int(ray.cluster_resources().get("CPU", 1))
-    pool = keeper_spares.Pool(min(cpus, DEFAULT_SPARES) if spares is None else spares, tuple(prewarm))
+    pool = spare_workers.Pool(min(cpus, DEFAULT_SPARES) if spares is None else spares, tuple(prewarm))
     forks.wait_listening()  # the spares below then fork from it once it loaded
     pool.refill()  # started now, ready for the first driver
     driver.keep()
-    pids = _cluster_processes()
+    pids = {kind: [info.process.pid for info in infos] for kind, infos in ray_private.node_processes(node).items()}
     all_pids = [pid for group in pids.values() for pid in group]
     starts = watchdog.identities(all_pids + [os.getpid()])
     record = {"version": 1, "uid": os.getuid(), "address": node.gcs_address, "keeper_pid": os.getpid(),
@@ -252,7 +238,7 @@ def serve(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spare
         remove_record(record)
         driver.stop()
         forks.stop()
-        ray_runtime._stop_embedded_cluster()
+        ray_runtime.stop_embedded_cluster()
     print(f"trainkit warm cluster {record['address']} stopped: {reason}", flush=True)
     return 0
 
@@ -283,7 +269,7 @@ def up(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spares: 
 def _start_keeper(idle_timeout_s: float, num_cpus: int | None, prewarm: list[str], spares: int | None,
                   timeout_s: float) -> dict:
     log = ray_runtime.private_dir() / "warm.log"
-    command = [sys.executable, "-m", "trainkit._internal.cluster.warm_keeper", "--idle-timeout", str(idle_timeout_s),
+    command = [sys.executable, "-m", "trainkit_warm.keeper", "--idle-timeout", str(idle_timeout_s),
                *(["--num-cpus", str(num_cpus)] if num_cpus else []), *[f"--prewarm={m}" for m in prewarm],
                *(["--spares", str(spares)] if spares is not None else [])]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
@@ -340,10 +326,10 @@ def _stop_keeper(timeout_s: float) -> dict[str, Any] | None:
 
 
 def _without_taken_drivers(tree: dict[int, str]) -> dict[int, str]:
-    """``tree`` less the spare drivers a ``fit()`` took: each is that run's driver, left to record
+    """``tree`` less the standby drivers a ``fit()`` took: each is that run's driver, left to record
     what became of its run (``ClusterDied``) and to end by itself, as a driver attached from its own
     process is."""
-    taken = taken_spare_drivers()
+    taken = taken_standby_drivers()
     return {pid: started for pid, started in tree.items() if pid not in taken}
 
 

@@ -1,4 +1,4 @@
-"""The pieces of a fit() handed to the warm cluster's spare driver (``driver/handoff.py``) that need
+"""The pieces of a fit() handed to the warm cluster's standby driver (``handoff.py``) that need
 no cluster: what travels and what it becomes on the other side. The handoff itself, with real
 processes, is in ``test_warm_cluster.py``."""
 
@@ -8,7 +8,7 @@ import pickle
 import sys
 import warnings
 
-from trainkit._internal.driver import handoff
+from trainkit_warm import handoff
 
 
 def test_the_users_warning_filters_travel_without_importing_their_categories_modules():
