@@ -33,8 +33,8 @@ class ForkConfig(BackendConfig):
 
     @classmethod
     def after_fork(cls, loaded_env):
-        loaded, now = loaded_env.get("OMP_NUM_THREADS"), os.environ.get("OMP_NUM_THREADS")
-        if loaded != now:
+        loaded, now = loaded_env.get("OMP_NUM_THREADS", ""), os.environ.get("OMP_NUM_THREADS", "")
+        if loaded.isdigit() and now.isdigit() and loaded != now:  # (as torch's follows Ray's value)
             os.environ["FOLLOWED"] = f"{loaded}->{now}"
 '''
 

@@ -67,7 +67,6 @@ class WorkerGroup:
         user's ``label_selector`` names nodes itself, or a Tune trial's reservation is placed already).
         ``runtime_env``: the actors' Ray runtime_env (``runtime_env.for_workers``, uploaded already)."""
         import ray
-        import ray.util.placement_group as placement_groups
         from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -85,8 +84,10 @@ class WorkerGroup:
         selectors = [{**(scaling.label_selector or {}), **({tpu.SLICE_NAME: slice_names[i // per_slice]}
                                                           if slice_names else {})} for i in range(num_workers)]
         reserved = None if slice_names or any(selectors) else reserved_bundles(num_workers, resources)
-        # (a Ray release without node label selectors: a restart may land on the node avoided)
-        node_id_label = getattr(placement_groups, "NODE_ID_LABEL_KEY", None)
+        try:
+            from ray.util.placement_group import NODE_ID_LABEL_KEY as node_id_label
+        except ImportError:  # a Ray release without node label selectors: a restart may land on the node avoided
+            node_id_label = None
         avoided = sorted(avoid_nodes) if node_id_label and not reserved \
             and not any(node_id_label in s for s in selectors) else []
         if avoided:
