@@ -38,3 +38,18 @@ def test_only_the_worker_group_calls_worker_actors():
                if path.name != "worker_group.py"
                for number, line in enumerate(path.read_text().splitlines(), 1) if ".actor." in line and ".remote(" in line]
     assert not callers, f"worker actors called outside worker/worker_group.py: {callers}"
+
+
+def test_the_contract_names_every_module():
+    """A module the contract leaves out is checked by nothing: each has a place in a layer."""
+    import tomllib
+
+    contract = tomllib.loads((CORE / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]
+    named = {part.strip() for layer in contract["layers"] for part in layer.replace("|", ":").split(":")}
+    source = CORE / "src" / "trainkit"
+    modules = {".".join(path.relative_to(source).with_suffix("").parts) for path in source.rglob("*.py")
+               if path.name != "__init__.py"}
+    left_out = sorted(m for m in modules if not any(m == n or m.startswith(n + ".") for n in named))  # (a package: all of it)
+    assert not left_out, f"modules no layer of [tool.importlinter] names: {left_out}"
+    packages = {".".join(path.relative_to(source).parent.parts) for path in source.rglob("__init__.py")}
+    assert not sorted(named - modules - packages), f"layers name modules that do not exist: {sorted(named - modules - packages)}"
