@@ -39,8 +39,8 @@ model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 1), process
 model(torch.ones(4, 2)).sum().backward()
 world = dist.group.WORLD
 dist.destroy_process_group(world if dist.get_rank() else None)  # both mean every group
-from trainkit._internal.cluster import forkserver
-kept = forkserver._destroyed_groups
+from trainkit_torch import fork
+kept = fork._destroyed_groups
 print("FORKED", preloaded, any(group is world for group in kept), any(group is sub for group in kept))
 """
 
