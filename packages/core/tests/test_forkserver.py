@@ -19,7 +19,7 @@ from typing import Any
 import psutil
 import pytest
 
-from trainkit._internal.cluster import forkserver
+from trainkit._internal.cluster import fork_client
 from trainkit.testing import subprocesses
 
 PROBE = textwrap.dedent('''
@@ -73,7 +73,7 @@ def server(tmp_path):
 
 
 def _forked(server, argv, cwd, env=None, runtime_keys=(), mode="script"):
-    return forkserver.start(server["address"], [sys.executable, *argv], mode, str(cwd),
+    return fork_client.start(server["address"], [sys.executable, *argv], mode, str(cwd),
                             env or server["env"], set(runtime_keys))
 
 
@@ -134,7 +134,7 @@ def test_it_refuses_what_would_make_the_child_differ(server, tmp_path):
     assert "TORCH_LOGS differs" in _forked(server, [str(script)], tmp_path, {**env, "TORCH_LOGS": "+dynamo"})
     forked = _forked(server, [str(script)], tmp_path, {**env, "TORCH_LOGS": "+dynamo"}, runtime_keys={"TORCH_LOGS"})
     assert forked.stdout.read() == b"ran\n" and forked.wait() == 0  # a variable the caller says is read at run time
-    assert "not what the fork server runs" in forkserver.start(server["address"], ["/bin/echo"], "exec", None, env, set())
+    assert "not what the fork server runs" in fork_client.start(server["address"], ["/bin/echo"], "exec", None, env, set())
     (tmp_path / "numpy").mkdir()  # a namespace portion: a fresh process imports the installed numpy
     forked = _forked(server, [str(script)], tmp_path)
     assert forked.stdout.read() == b"ran\n" and forked.wait() == 0
@@ -156,15 +156,15 @@ def test_an_answer_and_the_exit_that_arrive_in_one_read_are_both_taken():
     with server, rank, rank.makefile("rb") as replies:
         server.sendall(b'{"pid": 7}\n{"exit": 3}\n')
         server.shutdown(socket.SHUT_WR)
-        assert forkserver.read_reply(replies) == {"pid": 7}
-        assert forkserver.read_reply(replies) == {"exit": 3}
-        assert forkserver.read_reply(replies) is None  # the connection ended
+        assert fork_client.read_reply(replies) == {"pid": 7}
+        assert fork_client.read_reply(replies) == {"exit": 3}
+        assert fork_client.read_reply(replies) is None  # the connection ended
 
 
 RANK = textwrap.dedent('''
     import os, sys, time
     from trainkit._internal.cluster import forkserver
-    forked = forkserver.start(sys.argv[1], [sys.executable, sys.argv[2]], "script",
+    forked = fork_client.start(sys.argv[1], [sys.executable, sys.argv[2]], "script",
                               os.path.dirname(sys.argv[2]), dict(os.environ), set())
     print(forked.pid, os.getsid(forked.pid), flush=True)  # its own session the moment start() returns
     time.sleep(600)
@@ -218,7 +218,7 @@ def _raw_request(address: str, body: bytes, fds: list[int]) -> Any:
 
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(address)
-    message = forkserver._HEADER.pack(len(body)) + body
+    message = fork_client.HEADER.pack(len(body)) + body
     socket.send_fds(conn, [message], fds)
     return conn
 
@@ -270,7 +270,7 @@ def test_a_script_started_without_a_directory_runs_in_the_callers(server, tmp_pa
     script = tmp_path / "where.py"
     script.write_text("import os\nprint(os.getcwd())\n")
     monkeypatch.chdir(tmp_path)
-    forked = forkserver.start(server["address"], [sys.executable, str(script)], "script", None, server["env"], set())
+    forked = fork_client.start(server["address"], [sys.executable, str(script)], "script", None, server["env"], set())
     assert forked.stdout.read().decode().strip() == str(tmp_path)  # as Popen(cwd=None): not the server's "/"
     assert forked.wait() == 0
 
@@ -348,7 +348,7 @@ def test_requests_made_while_it_loads_queue_however_many(tmp_path):
         script = tmp_path / "scripts" / "ok.py"  # (not beside slowload.py: a fresh process would import that one)
         script.parent.mkdir()
         script.write_text("print('served')\n")
-        child = forkserver.start(address, [sys.executable, str(script)], "script", str(script.parent), env, set())
+        child = fork_client.start(address, [sys.executable, str(script)], "script", str(script.parent), env, set())
         assert not isinstance(child, str), child
         assert child.wait() == 0 and child.stdout.read() == b"served\n"
     finally:

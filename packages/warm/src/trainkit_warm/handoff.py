@@ -40,7 +40,8 @@ import warnings
 from typing import Any, Iterator
 
 from trainkit._internal.class_ids import share_class_ids
-from trainkit._internal.cluster.forkserver import die_with_parent, fresh_signals, listen_at, site_dirs
+from trainkit._internal.cluster.forkserver import site_dirs
+from trainkit._internal.cluster.processes import die_with_parent, fresh_signals, listen_at
 from trainkit._internal.driver.signals import STOP_SIGNALS
 from trainkit.result import Result
 from trainkit_warm import record as warm

@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any
 
-from trainkit._internal.cluster import forkserver, ray_private, ray_runtime, ray_worker_main, watchdog
+from trainkit._internal.cluster import fork_client, forkserver, ray_private, ray_runtime, ray_worker_main, watchdog
 from trainkit._internal.plugins import torch_backend
 from trainkit_warm import spare_workers
 from trainkit_warm.record import (DECLINED_EXIT, DEFAULT_IDLE_TIMEOUT_S, KEEPER_ENV, POLL_S, USED, answers, attach_lock,
@@ -84,7 +84,7 @@ class _ForkServer:
         self._started = -self.RESTART_AFTER_S
         self.usable = bool(modules) and len(self.address.encode()) < 100  # a Unix socket's path is short
         if self.usable:  # the cluster's workers inherit them: they fork from it, and so do their scripts
-            os.environ[forkserver.ENV] = os.environ[ray_worker_main.WORKERS_ENV] = self.address
+            os.environ[fork_client.ENV] = os.environ[ray_worker_main.WORKERS_ENV] = self.address
 
     def keep(self, start_new: bool = True) -> None:
         if not self.usable:

@@ -4,8 +4,9 @@ A rank's script would otherwise be a fresh ``python script.py`` that imports tor
 or more each launch, and so would each Ray worker. The warm cluster's keeper (``trainkit up``) and
 the embedded cluster's driver (``ray_runtime.start_fork_server``) start this server once, with the
 framework imported and ``gc.freeze()``-n; it listens at once, and a request made while it loads
-waits for it. A ``trainkit launch`` rank (``ENV`` names the socket, in the user's private
-directory) or a Ray worker's stand-in (``ray_worker_main.py``) asks it and gets a forked child
+waits for it. A ``trainkit launch`` rank (``fork_client.ENV`` names the socket, in the user's
+private directory) or a Ray worker's stand-in (``ray_worker_main.py``) asks it (``fork_client.py``,
+the rank's side) and gets a forked child (``fork_child.py``, what the child does)
 that runs the script as ``python SCRIPT ARGS`` or ``python -m MODULE ARGS`` would: its own
 ``__main__``, ``sys.argv``, ``sys.path[0]``, working directory, environment, a new session with
 Python's default signal handling, the rank's pipes as stdio, ``sys.exit``/exception/signal exit
@@ -57,8 +58,10 @@ import struct
 import sys
 from typing import Any
 
-ENV = "TRAINKIT_FORKSERVER"  # the socket's path, in the warm cluster's processes
-AFTER_FORK_ENV = "TRAINKIT_AFTER_FORK"  # in the server: ``module:Class`` whose ``after_fork`` a forked child runs
+from trainkit._internal.cluster import fork_child
+from trainkit._internal.cluster.fork_client import HEADER, REQUEST_TIMEOUT_S, STALE
+from trainkit._internal.cluster.processes import die_with_parent, fresh_signals, listen_at
+
 # environment variables read while Python or a framework loads (less those read only at run time)
 LOAD_TIME_ENV = ("PYTHON", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "LD_", "LC_", "LANG")
 RUNTIME_READ = frozenset({"PYTHONUNBUFFERED", "PYTHONBREAKPOINT"})
@@ -68,112 +71,6 @@ def load_time_env(env: dict[str, str], runtime_keys: frozenset[str] = frozenset(
     """The variables of ``env`` read while Python or a framework loads (less ``runtime_keys``)."""
     return {k: v for k, v in env.items() if k.startswith(LOAD_TIME_ENV) and k not in RUNTIME_READ | runtime_keys}
 
-
-loaded_env: dict[str, str] | None = None  # in a forked child: the environment its preloaded modules loaded with
-
-
-def after_fork() -> None:
-    """In a forked child: the framework's ``after_fork(loaded_env)`` (``AFTER_FORK_ENV`` names its
-    config class in the server, ``module:Class``), with the environment its modules loaded with."""
-    import importlib
-
-    module, _, name = (loaded_env or {}).get(AFTER_FORK_ENV, "").partition(":")
-    if module:
-        owner = importlib.import_module(module)
-        for part in name.split("."):
-            owner = getattr(owner, part)
-        owner.after_fork(dict(loaded_env))
-
-
-STALE = "site-packages changed since the fork server started"  # the refusal that retires the server
-_HEADER = struct.Struct("!I")
-_REQUEST_TIMEOUT_S = 10.0
-
-
-# -- the rank's side ------------------------------------------------------------------------------
-class ForkedScript:
-    """A script the server started for this rank, as much of ``subprocess.Popen`` as launch uses."""
-
-    def __init__(self, pid: int, conn: socket.socket, replies: Any, stdout: int | None, stderr: int | None):
-        self.pid, self._conn, self._replies, self.returncode = pid, conn, replies, None
-        self.stdout, self.stderr = (None if fd is None else os.fdopen(fd, "rb", buffering=0) for fd in (stdout, stderr))
-
-    def wait(self) -> int:
-        """The exit status as ``Popen.wait`` gives it (-N: killed by signal N)."""
-        if self.returncode is None:
-            reply = read_reply(self._replies)
-            self._replies.close()
-            self._conn.close()  # the server forgets the child
-            self.returncode = reply["exit"] if reply else -signal.SIGKILL  # the server died: so did its child
-        return self.returncode
-
-    def kill(self) -> None:
-        if self.returncode is None:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-
-def start(address: str, argv: list[str], mode: str, cwd: str | None, env: dict[str, str],
-          runtime_keys: set[str], inherit_stdio: bool = False, outlive_server: bool = False) -> ForkedScript | str:
-    """Ask the server at ``address`` to run ``argv`` (``[sys.executable, SCRIPT or "-m", MODULE,
-    *args]``); the started script, or why not (then run it as a fresh process). ``runtime_keys``:
-    the environment variables the caller set that the script reads at run time (never compared).
-    The script's stdout and stderr are pipes the caller reads, or with ``inherit_stdio`` the
-    caller's own stdio (then ``ForkedScript.stdout``/``stderr`` are None). With ``outlive_server``
-    the script does not die with the server (a Ray worker: Ray ends it)."""
-    if mode not in ("script", "module") or argv[0] != sys.executable:
-        return f"{mode} mode, {argv[0]}: not what the fork server runs"
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    if inherit_stdio:
-        devnull, stdout_w, stderr_w = os.dup(0), os.dup(1), os.dup(2)
-        stdout_r = stderr_r = None
-    else:
-        stdout_r, stdout_w = os.pipe()
-        stderr_r, stderr_w = os.pipe()
-        devnull = os.open(os.devnull, os.O_RDONLY)
-    replies = None
-    try:
-        conn.settimeout(_REQUEST_TIMEOUT_S)
-        conn.connect(address)
-        replies = conn.makefile("rb")  # one line per answer; a short script's exit may come in the same read
-        body = json.dumps({"argv": argv, "mode": mode, "cwd": cwd or os.getcwd(), "env": env,
-                           "runtime_keys": sorted(runtime_keys), "outlive_server": outlive_server}).encode()
-        message = _HEADER.pack(len(body)) + body
-        try:
-            sent = socket.send_fds(conn, [message], [devnull, stdout_w, stderr_w])
-            if sent < len(message):  # (an empty sendall on a connection the server closed fails: EPIPE)
-                conn.sendall(message[sent:])
-        except OSError as exc:  # refused before it was read (out of descriptors): why, if it said
-            reply = read_reply(replies) or {"refused": f"no answer: {exc}"}
-        else:
-            conn.settimeout(None)  # the answer, however slow: giving up on a child forked meanwhile would start the script twice
-            reply = read_reply(replies)
-    except OSError as exc:
-        reply = {"refused": f"no answer: {exc}"}
-    finally:
-        for fd in (devnull, stdout_w, stderr_w):
-            os.close(fd)
-    if not reply or "pid" not in reply:
-        if replies is not None:
-            replies.close()
-        conn.close()  # (a child forked for it meanwhile: the server kills it)
-        for fd in (stdout_r, stderr_r):
-            if fd is not None:
-                os.close(fd)
-        return (reply or {}).get("refused", "the fork server closed the connection")
-    return ForkedScript(reply["pid"], conn, replies, stdout_r, stderr_r)
-
-
-def read_reply(replies: Any) -> dict | None:
-    """The server's next answer from ``replies`` (the connection's ``makefile("rb")``), one JSON
-    line; None when the connection ended first."""
-    try:
-        line = replies.readline()
-    except OSError:
-        return None
-    return json.loads(line) if line.endswith(b"\n") else None
 
 
 # -- the server -----------------------------------------------------------------------------------
@@ -227,7 +124,7 @@ class _Server:
             return None
         fds: list[int] = []
         try:
-            conn.settimeout(_REQUEST_TIMEOUT_S)
+            conn.settimeout(REQUEST_TIMEOUT_S)
             uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
             if uid != os.getuid():
                 raise PermissionError(f"uid {uid} is not this user's")
@@ -322,12 +219,12 @@ class _Server:
         try:
             if len(fds) != 3:
                 raise ValueError(f"expected 3 file descriptors, got {len(fds)}")
-            while len(data) < _HEADER.size or len(data) < _HEADER.size + _HEADER.unpack_from(data)[0]:
+            while len(data) < HEADER.size or len(data) < HEADER.size + HEADER.unpack_from(data)[0]:
                 chunk = conn.recv(65536)
                 if not chunk:
                     raise ValueError("the request ended early")
                 data += chunk
-            request = json.loads(data[_HEADER.size:_HEADER.size + _HEADER.unpack_from(data)[0]])
+            request = json.loads(data[HEADER.size:HEADER.size + HEADER.unpack_from(data)[0]])
             if not isinstance(request, dict) or not {"argv", "mode", "cwd", "env", "runtime_keys"} <= request.keys():
                 raise ValueError("not a request")
             return request, fds
@@ -347,7 +244,7 @@ class _Server:
         for key in sorted({*theirs, *mine}):
             if theirs.get(key) != mine.get(key):
                 return f"{key} differs from the fork server's ({theirs.get(key)!r}, not {mine.get(key)!r})"
-        home = _main_dir(request)
+        home = fork_child.main_dir(request)
         try:
             shadowing = sorted(self.top_level & _importable_names(home))
         except OSError as exc:
@@ -418,6 +315,7 @@ class _Server:
         conn.close()
 
 
+
 def _reply(conn: socket.socket, message: dict) -> bool:
     """Send ``message``; False when the rank is gone."""
     try:
@@ -434,14 +332,6 @@ def site_dirs() -> dict[str, int]:
 
     dirs = [*site.getsitepackages(), site.getusersitepackages()]
     return {d: os.stat(d).st_mtime_ns for d in dirs if os.path.isdir(d)}
-
-
-def _main_dir(request: dict) -> str:
-    """``sys.path[0]`` of ``python SCRIPT`` (the script's directory) or ``python -m`` (the cwd)."""
-    cwd = request["cwd"] or os.getcwd()
-    if request["mode"] == "module":
-        return cwd
-    return os.path.dirname(os.path.join(cwd, request["argv"][1]))
 
 
 def _importable_names(directory: str) -> set[str]:
@@ -471,141 +361,9 @@ def spawn(address: str, modules: list[str] | tuple[str, ...], env: dict[str, str
                              *modules], stdin=subprocess.DEVNULL, cwd="/", env=env, start_new_session=True)
 
 
-def listen_at(address: str, backlog: int) -> tuple[socket.socket, int]:
-    """A Unix socket listening at ``address`` (0600), put in place only once it listens (a dead
-    listener's goes), and its inode (whether ``address`` is still this socket)."""
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    bound = f"{address}.{os.getpid()}"
-    old_umask = os.umask(0o177)
-    try:
-        listener.bind(bound)
-    finally:
-        os.umask(old_umask)
-    listener.listen(backlog)
-    os.replace(bound, address)
-    return listener, os.stat(address).st_ino
-
-
-def die_with_parent(on: bool = True) -> None:
-    """SIGKILL when the parent (the thread that started this process) ends (Linux); ``on=False``:
-    no longer."""
-    import ctypes
-
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL if on else 0)  # PR_SET_PDEATHSIG
-
-
-def default_signals() -> None:
-    """The signal state a shell gives a process: nothing blocked, every disposition the default
-    (Ray's processes block SIGINT, and a blocked or ignored signal outlives exec)."""
-    signal.pthread_sigmask(signal.SIG_SETMASK, ())
-    for signum in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}:
-        try:
-            signal.signal(signum, signal.SIG_DFL)
-        except (OSError, ValueError):  # one the C library keeps for itself
-            pass
-
-
-def fresh_signals() -> None:
-    """A fresh interpreter's signal state: a shell's, then what Python's start sets."""
-    default_signals()
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-
-
-# -- in the child ---------------------------------------------------------------------------------
-def _run(request: dict) -> None:
-    """Be ``python SCRIPT ARGS`` / ``python -m MODULE ARGS``, then exit."""
-    import importlib
-    import io
-    import types
-
-    if request["cwd"]:
-        os.chdir(request["cwd"])
-    os.environ.clear()
-    os.environ.update(request["env"])
-    argv = request["argv"]
-    sys.orig_argv = list(argv)
-    sys.path[0] = os.path.abspath(_main_dir(request))
-    importlib.invalidate_caches()
-    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
-    for name, fd in (("stdin", 0), ("stdout", 1), ("stderr", 2)):
-        old = getattr(sys, name)
-        raw = io.FileIO(fd, "rb" if fd == 0 else "wb", closefd=False)
-        buffered = raw if unbuffered and fd else (io.BufferedReader(raw) if fd == 0 else io.BufferedWriter(raw))
-        stream = io.TextIOWrapper(buffered, encoding=old.encoding, errors=old.errors,
-                                  line_buffering=fd == 2 or raw.isatty(), write_through=unbuffered and fd != 0)
-        setattr(sys, name, stream)
-        setattr(sys, f"__{name}__", stream)
-    if "numpy.random" in sys.modules:  # its global generator was seeded in the server: one seed for all
-        sys.modules["numpy.random"].seed()
-    code, interrupted = 0, False
-    main = types.ModuleType("__main__")  # the script's own: this one (the server's, run as -m) stays as it is
-    main.__dict__.update(__builtins__=__builtins__)
-    sys.modules["__main__"] = main
-    try:
-        after_fork()
-        if request["mode"] == "module":
-            import runpy
-
-            sys.argv = ["-m", *argv[3:]]
-            runpy._run_module_as_main(argv[2])  # runs it in sys.modules["__main__"]
-        else:
-            sys.argv = argv[1:]
-            path = os.path.abspath(argv[1])
-            main.__dict__.update(__file__=path, __cached__=None)
-            with io.open_code(path) as f:
-                source = f.read()
-            exec(compile(source, path, "exec"), main.__dict__)
-    except SystemExit as exc:
-        code = _exit_code(exc.code)
-    except KeyboardInterrupt:
-        _print_exception()
-        code, interrupted = 1, True
-    except BaseException:  # noqa: BLE001 - the script's error, shown as Python shows it
-        _print_exception()
-        code = 1
-    _exit(code, interrupted)
-
-
-def _exit_code(code: Any) -> int:
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    print(code, file=sys.stderr)
-    return 1
-
-
-def _print_exception() -> None:
-    kind, value, tb = sys.exc_info()
-    tb = tb.tb_next if tb is not None else None  # without this module's frame
-    sys.excepthook(kind, value.with_traceback(tb), tb)
-
-
-def _exit(code: int, interrupted: bool) -> None:
-    import atexit
-    import threading
-
-    try:
-        threading._shutdown()  # non-daemon threads, as Python's own exit
-        atexit._run_exitfuncs()
-        sys.modules["__main__"].__dict__.clear()
-        gc.collect()
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-    except BaseException:  # noqa: BLE001 - an atexit handler's error is shown, as Python does
-        _print_exception()
-    if interrupted:  # as Python exits on an uncaught KeyboardInterrupt: by the signal itself
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-    os._exit(code)
-
 
 def _main(argv: list[str]) -> None:
     """``python -m trainkit._internal.cluster.forkserver SOCKET KEEPER_PID MODULE...``"""
-    global loaded_env
     import importlib
 
     address, keeper, modules = argv[0], int(argv[1]), argv[2:]
@@ -613,7 +371,7 @@ def _main(argv: list[str]) -> None:
     die_with_parent()
     if os.getppid() != keeper:
         return  # the keeper died before the line above
-    sys.modules.setdefault("trainkit._internal.cluster.forkserver", sys.modules[__name__])  # one loaded_env
+    sys.modules.setdefault("trainkit._internal.cluster.forkserver", sys.modules[__name__])  # not loaded again in a child
     server = _Server(address)
     for name in modules:
         try:
@@ -625,8 +383,7 @@ def _main(argv: list[str]) -> None:
     gc.freeze()  # the children never touch the preloaded objects' GC headers: their pages stay shared
     request = server.serve()
     if request is not None:  # in a forked child; None: the retired server's last script ended
-        loaded_env = server.env
-        _run(request)
+        fork_child.run(request, server.env)
 
 
 if __name__ == "__main__":

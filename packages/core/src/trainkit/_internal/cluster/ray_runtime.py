@@ -36,7 +36,7 @@ import threading
 from typing import TYPE_CHECKING, Callable, Iterator
 from pathlib import Path
 
-from trainkit._internal.cluster import forkserver, ray_patches, ray_private, ray_worker_main, watchdog
+from trainkit._internal.cluster import fork_child, fork_client, forkserver, ray_patches, ray_private, ray_worker_main, watchdog
 from trainkit._internal.cluster.userdir import private_dir
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ def ensure_ray(framework: type[BackendConfig] | None = None, *, scripts: bool = 
     plugin's hook) connects to, else an embedded cluster shaped by ``init_kwargs`` (e.g. ``num_cpus``),
     whose workers start forked from a process that imported ``framework`` (``start_fork_server``, or
     the one ``fork_server_ahead`` started), as do, with ``scripts``, the scripts of ``trainkit
-    launch`` (``forkserver.ENV``)."""
+    launch`` (``fork_client.ENV``)."""
     global _ahead
     with _starting:
         _ensure_ray(framework, scripts, attach, init_kwargs)
@@ -90,7 +90,7 @@ def _ensure_ray(framework: type[BackendConfig] | None, scripts: bool, attach: At
                     and _fork_server.poll() is None else start_fork_server(framework)
                 os.environ[ray_worker_main.WORKERS_ENV] = address
                 if scripts:
-                    os.environ[forkserver.ENV] = address
+                    os.environ[fork_client.ENV] = address
             # address="local": an embedded cluster, never one that `ray start` (or another process's
             # test cluster) recorded in /tmp/ray; a cluster is joined only through RAY_ADDRESS.
             ray.init(address="local", include_dashboard=False, _node_ip_address="127.0.0.1",
@@ -114,7 +114,7 @@ def _embedded_start() -> Iterator[None]:
     was: a `ray start` it runs later (a node of a real cluster) must not inherit single-machine
     mode, or Ray refuses to join ("not supported on Windows and OSX")."""
     environ_before = {name: os.environ.get(name)
-                      for name in (*ray_patches.SETTINGS_ENV, ray_worker_main.WORKERS_ENV, forkserver.ENV)}
+                      for name in (*ray_patches.SETTINGS_ENV, ray_worker_main.WORKERS_ENV, fork_client.ENV)}
     os.environ.update(ray_patches.SETTINGS_ENV)
     patched = ray_patches.apply(ray_patches.start_replacements(
         worker_path=str(Path(__file__).with_name("ray_worker_main.py")),
@@ -226,7 +226,7 @@ def fork_server_env(framework: type[BackendConfig] | None) -> dict[str, str]:
     name: none)."""
     importable = framework is not None and "<locals>" not in framework.__qualname__
     return {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-            forkserver.AFTER_FORK_ENV: f"{framework.__module__}:{framework.__qualname__}" if importable else ""}
+            fork_child.AFTER_FORK_ENV: f"{framework.__module__}:{framework.__qualname__}" if importable else ""}
 
 
 def stop_fork_server() -> None:

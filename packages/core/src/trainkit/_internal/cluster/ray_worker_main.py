@@ -8,7 +8,7 @@ Ray registers the child's pid and ends it as any worker (the stand-in follows). 
 SIGTERM, SIGINT and SIGHUP (a signal to every process of a machine reaches the worker itself, once);
 killed, the server kills the child. The server dying does not end the worker (it lives as long as
 Ray keeps it). Refused (another interpreter, an environment the framework would load otherwise,
-site-packages changed: ``forkserver._refusal``) or with no server listening, the stand-in is the
+site-packages changed: ``forkserver._Server._refusal``) or with no server listening, the stand-in is the
 worker itself, as without a server.
 
 Then Ray's worker runs, with pydantic imported only when used (``ray_patches.lazy_pydantic``). Run as
@@ -41,14 +41,14 @@ def _sibling(name: str):
 def run_forked(address: str) -> int | None:
     """Have the server at ``address`` fork this worker; its exit status (-N: signal N), or None
     when it was not forked (the reason goes to the worker's log)."""
-    forkserver = _sibling("forkserver")
-    if forkserver.loaded_env is not None:
+    forked = sys.modules.get("trainkit._internal.cluster.fork_child")  # (loaded in the server's children)
+    if forked is not None and forked.loaded_env is not None:
         return None  # this is the forked child
     # Ray sets OMP_NUM_THREADS when it starts an actor's task (its CPUs, else 1), after the
     # framework loaded here: a forked worker's framework follows it then (``BackendConfig.after_fork``)
     runtime_keys = set() if "OMP_NUM_THREADS" in os.environ else {"OMP_NUM_THREADS"}
     stopping = {signum: signal.signal(signum, signal.SIG_IGN) for signum in _STOPS}  # from before the fork
-    child = forkserver.start(address, [sys.executable, os.path.abspath(__file__), *sys.argv[1:]], "script",
+    child = _sibling("fork_client").start(address, [sys.executable, os.path.abspath(__file__), *sys.argv[1:]], "script",
                              os.getcwd(), dict(os.environ), runtime_keys, inherit_stdio=True, outlive_server=True)
     if isinstance(child, str):
         for signum, handler in stopping.items():

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Client, Listener
 from typing import Any
 
-from trainkit._internal.cluster import forkserver
+from trainkit._internal.cluster import fork_client, processes
 from trainkit._internal.driver.signals import Interrupted
 from trainkit._internal.driver.signals import handler as stop_signal
 from trainkit._internal.worker.debugger import RAYS_HOOKS
@@ -185,7 +185,7 @@ def run_script(config: dict[str, Any]) -> None:
     session = get_session("launch")
     context = session.context
     env = {**_without_ray_debugger(dict(os.environ)), **torchrun_env(context, config)}
-    env.pop(forkserver.ENV, None)
+    env.pop(fork_client.ENV, None)
     if config.get("virtual_local_rank"):
         env["LOCAL_RANK"] = "0"
     if os.path.isdir(config["cwd"]):
@@ -281,7 +281,7 @@ class _Script:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._proc: subprocess.Popen | forkserver.ForkedScript | None = None
+        self._proc: subprocess.Popen | fork_client.ForkedScript | None = None
         self._pending: list[int] = []  # signals sent before the script started
         self._deadline: float | None = None  # monotonic; set by the first stop
         self.ended = threading.Event()  # the script's process exited (run_script reaped it)
@@ -293,8 +293,8 @@ class _Script:
         fork server (``forkserver.py``: the framework imported already) where that server can."""
         with self._lock:
             forked = None
-            if address := os.environ.get(forkserver.ENV):
-                forked = forkserver.start(address, args, mode, cwd, env, runtime_keys)
+            if address := os.environ.get(fork_client.ENV):
+                forked = fork_client.start(address, args, mode, cwd, env, runtime_keys)
                 if isinstance(forked, str):
                     self.not_forked, forked = forked, None
             self._proc = forked or subprocess.Popen(
@@ -354,8 +354,8 @@ def _as_a_fresh_process() -> None:
     """In the script's process before exec: the signal state of a process a shell starts (Ray's
     processes block SIGINT, which every child would inherit: KeyboardInterrupt never came), and
     death with the worker (a killed attempt's workers take their scripts along)."""
-    forkserver.default_signals()
-    forkserver.die_with_parent()
+    processes.default_signals()
+    processes.die_with_parent()
 
 
 def _pump(pipe: Any, stream: Any, file: Any = None) -> None:

@@ -18,7 +18,7 @@ import traceback
 from typing import Any, Callable
 
 from trainkit._internal.class_ids import share_class_ids
-from trainkit._internal.cluster import forkserver
+from trainkit._internal.cluster import fork_child, forkserver
 from trainkit._internal.storage.run_storage import RunStorage
 from trainkit._internal.worker import preemption
 from trainkit._internal.worker.context_types import TrainContext
@@ -218,7 +218,7 @@ class Worker:
 
                 if self._prewarm is not None:
                     self._prewarm.join()
-                forkserver.after_fork()  # a forked worker: what its framework redoes in a fork (its thread pools)
+                fork_child.after_fork()  # a forked worker: what its framework redoes in a fork (its thread pools)
                 fn = cloudpickle.loads(pickled_fn)
                 self._session.progress.mark()  # progress counts from the training function's start, not its imports
                 with backend_config.train_fn_context():
