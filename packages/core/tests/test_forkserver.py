@@ -163,7 +163,7 @@ def test_an_answer_and_the_exit_that_arrive_in_one_read_are_both_taken():
 
 RANK = textwrap.dedent('''
     import os, sys, time
-    from trainkit._internal.cluster import forkserver
+    from trainkit._internal.cluster import fork_client
     forked = fork_client.start(sys.argv[1], [sys.executable, sys.argv[2]], "script",
                               os.path.dirname(sys.argv[2]), dict(os.environ), set())
     print(forked.pid, os.getsid(forked.pid), flush=True)  # its own session the moment start() returns
