@@ -1,4 +1,4 @@
-"""Stand-ins for Ray's two per-node agents on the embedded cluster (see ``ray_runtime._lean_raylet``).
+"""Stand-ins for Ray's two per-node agents on the embedded cluster (see ``ray_patches._lean_raylet``).
 
     python -S ray_agent_stub.py                         # the dashboard agent: nothing to serve
     python -S ray_agent_stub.py --on-first-use AGENT... # the runtime env agent, started when first used
