@@ -90,7 +90,7 @@ def test_newer_releases_become_rows_of_the_newest_row_or_are_capped(tool, tmp_pa
     torch = found[("torch", "2.15.0")]
     assert torch.status == f"capped here (constraint torch<=2.14.1 in {caps})" and not torch.runnable
     assert torch.newest == "2.14.1" and torch.session == "torch(torch=2.15.0, python=3.11)"
-    assert found[("ray", "2.61.0")].status.startswith("capped by the package (ray")  # core's own <2.61
+    assert found[("ray", "2.61.0")].status == "run" and found[("ray", "2.61.0")].runnable  # Ray: a lower bound only
     # only Python 3.12 offers them; jaxlib moves with jax, to its own release of that major.minor
     assert found[("jax", "0.12.0.1")].row == {"python": "3.12", "jax": "0.12.0.1", "jaxlib": "0.12.0"}
     assert found[("jax", "0.11.2")].runnable
@@ -104,12 +104,13 @@ def test_newer_releases_become_rows_of_the_newest_row_or_are_capped(tool, tmp_pa
 
     # results from nox's report: a failed runnable release fails the run; capped ones do not
     tool.set_results(newer, {"sessions": [{"name": hf.session, "result": "success"},
+                                          {"name": found[("ray", "2.61.0")].session, "result": "success"},
                                           {"name": found[("jax", "0.11.2")].session, "result": "failed"},
                                           {"name": found[("jax", "0.12.0.1")].session, "result": "skipped"}]})
     assert hf.result == "pass" and found[("jax", "0.12.0")].result == ""
     assert [(item.version, item.result) for item in tool.failed(newer)] == [("0.11.2", "fail"), ("0.12.0.1", "skipped")]
     tool.set_results(newer, {"sessions": []})  # nox ended before its report named them
-    assert {item.result for item in tool.failed(newer)} == {"not run"} and len(tool.failed(newer)) == 3
+    assert {item.result for item in tool.failed(newer)} == {"not run"} and len(tool.failed(newer)) == 4
     every, _ = tool.find_newer([ROOT / "packages" / "jax"], versions=fake_index, pythons=["3.11", "3.12"],
                                constraints={}, every=True)
     assert [item.version for item in every if item.runnable] == ["0.11.2", "0.12.0", "0.12.0.1"]
@@ -161,3 +162,14 @@ def test_the_noxfile_lists_extra_rows_tagged_latest_only(tool):
     wrong = subprocess.run([sys.executable, "-m", "nox", "-l"], cwd=ROOT, capture_output=True, text=True,
                            env={**env, "TRAINKIT_EXTRA_ROWS": json.dumps({"pytorch": [row]})}, timeout=240)
     assert wrong.returncode != 0 and "TRAINKIT_EXTRA_ROWS names no package ['pytorch']" in wrong.stdout + wrong.stderr
+
+
+def test_a_release_a_package_bounds_out_is_capped_by_the_package(tool, tmp_path):
+    """A package whose pyproject bounds its framework from above (ours do not: test_ray_boundary)."""
+    capped = tmp_path / "core"
+    capped.mkdir()
+    (capped / "pyproject.toml").write_text((ROOT / "packages" / "core" / "pyproject.toml").read_text()
+                                           .replace('"ray>=2.40",', '"ray>=2.40,<2.61",'))
+    newer, _ = tool.find_newer([capped], versions=fake_index, pythons=["3.11"], constraints=[])
+    [ray] = [item for item in newer if item.distribution == "ray"]
+    assert ray.status.startswith("capped by the package (ray") and not ray.runnable
