@@ -183,7 +183,7 @@ def _install_toy_plugin(site: Path, monkeypatch, module: str = "trainkit_toyfw",
 @pytest.mark.timeout(1800)
 def test_backend_conformance_fails_each_seeded_mistake_and_passes_the_correct_plugin(run_tests, tmp_path,
                                                                                      monkeypatch):
-    _install_toy_plugin(tmp_path / "site", monkeypatch)
+    _install_toy_plugin(tmp_path / "site", monkeypatch, requires=("trainkit-core>=0.1,<0.2",))
     report = tmp_path / "report.xml"
     result = run_tests("""
         import trainkit
@@ -276,11 +276,12 @@ def test_backend_conformance_fails_each_seeded_mistake_and_passes_the_correct_pl
                                                  f" {problem.tag}: {problem.get('message')} {problem.text or ''}")
     passed = sorted(k for k, v in outcomes.items() if not v)
     assert passed == [f"TestToy.test_{name}" for name in (
+        "data_helper_splits_the_data_over_the_ranks",
         "failure_on_one_rank_surfaces_with_its_rank", "framework_ranks_and_collective_follow_trainkit_ranks",
         "loading_plugins_imports_no_framework", "loading_the_plugin_changes_no_process_state", "local_mode",
         "ranks_on_two_nodes", "registered_trainer_keeps_the_users_run_config", "registered_trainers_fit",
         "report_callback_reaches_the_driver_from_every_rank", "shutdown_tears_the_framework_down_and_is_repeatable",
-        "two_runs_at_once_on_one_host")] + [f"TestToyCheckpointIO.test_{name}" for name in (
+        "trainkit_requirement_allows_the_next_bug_fix_release", "two_runs_at_once_on_one_host")] + [f"TestToyCheckpointIO.test_{name}" for name in (
         "altered_file_is_refused", "resume_helper_resumes_the_checkpoint_it_is_given", "round_trip_in_process",
         "round_trip_through_a_run_and_resume")], result.stdout.str()[-6000:]
     expected = {
@@ -331,16 +332,26 @@ LOAD_PROBES = """
 
 @pytest.mark.parametrize("module, requires, fails", [
     ("trainkit_toyfw_fw", ("toyfw>=1.0", "trainkit-core"), {}),
-    ("trainkit_toyfw_noisy", ("toyfw>=1.0",), {"loading_the_plugin_changes_no_process_state":
+    ("trainkit_toyfw_noisy", ("toyfw>=1.0", "trainkit-core"), {"loading_the_plugin_changes_no_process_state":
                                   "importing trainkit_toyfw and loading the plugin 'toy' changed the process: "
                                   "warnings filters: added [\"('ignore', None, <class 'Warning'>, None, 0)\"]"}),
-    ("trainkit_toyfw_fw", ("toyfw",), {"framework_is_declared_with_a_lower_bound":
+    ("trainkit_toyfw_fw", ("toyfw", "trainkit-core"), {"framework_is_declared_with_a_lower_bound":
                                        "trainkit-toyfw 1.0 requires toyfw without a lower bound"}),
-    ("trainkit_toyfw_fw", ("toyfw>=1.0", "toyfw-gpu-kernels>=2"), {
+    ("trainkit_toyfw_fw", ("toyfw>=1.0", "toyfw-gpu-kernels>=2", "trainkit-core"), {
         "declared_requirements_resolve_on_this_platform":
             "trainkit-toyfw requires toyfw-gpu-kernels>=2, but the package index has no release of "
             "toyfw-gpu-kernels for this Python and platform"}),
-], ids=["correct", "warnings-off-at-load", "framework-unbounded", "unresolvable-dependency"])
+    # seeded: a pin on core's release of the day forbids its bug-fix releases
+    ("trainkit_toyfw_fw", ("toyfw>=1.0", "trainkit-core==0.1.0"), {
+        "trainkit_requirement_allows_the_next_bug_fix_release":
+            "trainkit-toyfw 1.0 requires trainkit-core==0.1.0: an exact pin (==0.1.0) forbids every bug-fix release "
+            "of trainkit-core, so a user who upgrades core for a fix (to 0.1.1) cannot keep the plugin installed. "
+            "Declare a compatible range instead, such as 'trainkit-core>=0.1,<0.2'"}),
+    ("trainkit_toyfw_fw", ("toyfw>=1.0", "trainkit-core>=0.1,<0.1.1"), {
+        "trainkit_requirement_allows_the_next_bug_fix_release":
+            "excludes trainkit-core 0.1.1 (core's next bug-fix release)"}),
+], ids=["correct", "warnings-off-at-load", "framework-unbounded", "unresolvable-dependency", "core-pinned",
+        "core-bounded-below-next-fix"])
 def test_load_and_metadata_probes_fail_each_seeded_mistake(run_tests, tmp_path, monkeypatch, module, requires,
                                                            fails):
     """The probes that need no Ray, each on a plugin installed with one mistake (none: all pass). The
@@ -351,8 +362,8 @@ def test_load_and_metadata_probes_fail_each_seeded_mistake(run_tests, tmp_path, 
     (index / "index.html").write_text('<a href="toyfw-1.2.0.tar.gz">toyfw-1.2.0.tar.gz</a>')
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "simple").as_uri())
-    result = run_tests(LOAD_PROBES, "-k", "process_state or lower_bound or resolve", "-rfs")
-    result.assert_outcomes(passed=3 - len(fails), failed=len(fails))
+    result = run_tests(LOAD_PROBES, "-k", "process_state or lower_bound or resolve or trainkit_requirement", "-rfs")
+    result.assert_outcomes(passed=4 - len(fails), failed=len(fails))
     for test, message in fails.items():
         result.stdout.fnmatch_lines([f"*FAILED test_subject.py::TestToy::test_{test}*"])
         assert message in result.stdout.str(), result.stdout.str()[-4000:]

@@ -9,8 +9,8 @@ import lightgbm
 import numpy as np
 
 import trainkit
-from trainkit.testing import BackendConformance, CheckpointConformance
-from trainkit_lightgbm import LightGBMCheckpointIO, LightGBMConfig, get_network_params
+from trainkit.testing import NOT_PROVIDED, BackendConformance, CheckpointConformance
+from trainkit_lightgbm import LightGBMCheckpointIO, LightGBMConfig, ReportCallback, get_network_params
 
 
 def _network_sum(value: float) -> float:
@@ -39,6 +39,15 @@ def is_initialized() -> bool:
     return bool(get_network_params())  # empty once the worker left LightGBM's network
 
 
+def report_callback(metrics: dict) -> None:
+    """A round's end as lightgbm.train calls ReportCallback: its evaluation results hold ``metrics``."""
+    from lightgbm.callback import CallbackEnv
+
+    results = [("train", name, value, False) for name, value in metrics.items()]
+    ReportCallback(checkpoint_at_end=False)(CallbackEnv(model=None, params={}, iteration=0, begin_iteration=0,
+                                                       end_iteration=10, evaluation_result_list=results))
+
+
 class TestLightGBMBackend(BackendConformance):
     backend_config = LightGBMConfig()
     # LightGBM finds itself in the machine list by its interfaces' addresses: 127.0.0.2 is on none
@@ -48,10 +57,13 @@ class TestLightGBMBackend(BackendConformance):
     framework_rank = staticmethod(framework_rank)
     all_gather = staticmethod(all_gather)
     is_initialized = staticmethod(is_initialized)
+    report_callback = staticmethod(report_callback)
+    shard = NOT_PROVIDED("trainkit-lightgbm has no data helper: each rank builds its own Dataset from its shard")
 
 
 class TestLightGBMCheckpointIO(CheckpointConformance):
     checkpoint_io = LightGBMCheckpointIO()
+    resume = staticmethod(ReportCallback.get_model)  # the model in the checkpoint given
 
     def make_state(self, seed):
         x = np.arange(40.0).reshape(20, 2)

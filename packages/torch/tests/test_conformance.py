@@ -2,8 +2,8 @@
 
 import torch
 
-from trainkit.testing import BackendConformance, CheckpointConformance
-from trainkit_torch import TorchCheckpointIO, TorchConfig
+from trainkit.testing import NOT_PROVIDED, BackendConformance, CheckpointConformance
+from trainkit_torch import TorchCheckpointIO, TorchConfig, load_checkpoint
 from trainkit_torch.testing import all_gather, framework_rank, is_initialized
 
 
@@ -24,10 +24,12 @@ class TestTorchBackend(BackendConformance):
     all_gather = staticmethod(all_gather)
     is_initialized = staticmethod(is_initialized)
     shard = staticmethod(shard)
+    report_callback = NOT_PROVIDED("trainkit-torch has no report callback: a torch loop calls trainkit.report itself")
 
 
 class TestTorchCheckpointIO(CheckpointConformance):
     checkpoint_io = TorchCheckpointIO("model.pt")
+    resume = staticmethod(load_checkpoint)  # the resume helper: the state in the checkpoint given
 
     def make_state(self, seed):
         return {"weight": torch.arange(6.0).reshape(2, 3) + seed, "epoch": 3}

@@ -4,8 +4,8 @@ import numpy as np
 import xgboost
 from xgboost import collective
 
-from trainkit.testing import BackendConformance, CheckpointConformance
-from trainkit_xgboost import XGBoostCheckpointIO, XGBoostConfig
+from trainkit.testing import NOT_PROVIDED, BackendConformance, CheckpointConformance
+from trainkit_xgboost import ReportCallback, XGBoostCheckpointIO, XGBoostConfig
 
 
 def framework_rank() -> int:
@@ -26,16 +26,26 @@ def is_initialized() -> bool:
     return backend._communicator_args is not None or backend._tracker is not None
 
 
+def report_callback(metrics: dict) -> None:
+    """A round's end as xgboost.train calls ReportCallback: its evaluation log holds ``metrics``."""
+    model = xgboost.train({"nthread": 1}, xgboost.DMatrix(np.zeros((2, 1)), label=np.array([0.0, 1.0])), 1)
+    ReportCallback(checkpoint_at_end=False).after_iteration(
+        model, 0, {"train": {name: [value] for name, value in metrics.items()}})
+
+
 class TestXGBoostBackend(BackendConformance):
     backend_config = XGBoostConfig()
     framework_modules = ("xgboost",)
     framework_rank = staticmethod(framework_rank)
     all_gather = staticmethod(all_gather)
     is_initialized = staticmethod(is_initialized)
+    report_callback = staticmethod(report_callback)
+    shard = NOT_PROVIDED("trainkit-xgboost has no data helper: each rank builds its own DMatrix from its shard")
 
 
 class TestXGBoostCheckpointIO(CheckpointConformance):
     checkpoint_io = XGBoostCheckpointIO()
+    resume = staticmethod(ReportCallback.get_model)  # the model in the checkpoint given
 
     def make_state(self, seed):
         x = np.arange(40.0).reshape(20, 2)

@@ -144,7 +144,9 @@ def _multinode(suite: Any, out: dict) -> None:
             def after_report(self, run_context, metrics, checkpoint) -> None:
                 out.setdefault("reports", []).append(metrics)
 
-        config = suite._config(shard=type(suite).shard)
+        from trainkit.testing._conformance.hooks import given_hook
+
+        config = suite._config(shard=given_hook(type(suite), "shard"))
         run_config = trainkit.RunConfig(name="multinode", storage_path=out.pop("storage"), verbose=0,
                                         callbacks=[Collect()])
         try:

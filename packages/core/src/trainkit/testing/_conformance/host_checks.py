@@ -1,0 +1,91 @@
+"""The checks of ``BackendConformance`` that need more than one run or one node: two runs at once
+on one host, and ranks on two simulated nodes (in a driver of its own, ``trainkit.testing._probes``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import pytest
+
+from trainkit.testing import subprocesses
+from trainkit.testing._conformance.checks import _check_two_nodes
+from trainkit.testing._conformance.guards import GUARDS as _GUARDS
+from trainkit.testing._conformance.hooks import given_hook
+from trainkit.testing._conformance.worker_fns import _Collect, _concurrent_fn
+
+
+class HostChecks:
+    """Mixed into ``BackendConformance``."""
+
+    @_GUARDS
+    def test_two_runs_at_once_on_one_host(self, run_config, tmp_path) -> None:
+        """Two runs of the plugin at the same time on this machine (two fits, in two threads of this
+        driver, each on its own workers): both set up, each all-gather holds its own run's values,
+        and both succeed. A fixed port (the framework's default) or a rendezvous shared across jobs
+        fails one of them."""
+        import threading
+
+        sync, results = tmp_path / "sync", {}
+        sync.mkdir()
+
+        def fit(run: int) -> None:
+            collect = _Collect()
+            try:
+                self.trainer(_concurrent_fn, run_config(callbacks=[collect]),
+                             self._config(run=run, sync=str(sync))).fit()
+                results[run] = collect.reports
+            except Exception as exc:  # noqa: BLE001 - reported below
+                results[run] = exc
+                (sync / f"failed{run}").touch()  # the other run stops waiting for this one
+
+        threads = [threading.Thread(target=fit, args=(run,), name=f"conformance-run{run}") for run in (0, 1)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for run in (0, 1):
+            if isinstance(results[run], BaseException):
+                raise AssertionError(
+                    f"run {run} of two runs at once on one host failed: {type(results[run]).__name__}: "
+                    f"{results[run]}. Two jobs on one host must not collide: take ports from "
+                    "worker_group.free_address()/rendezvous() (never the framework's fixed default port) and key "
+                    "any rendezvous by the run (a name, file or key per run: "
+                    "trainkit.get_context().get_experiment_name())") from results[run]
+            (metrics,) = results[run]
+            expected = [float(100 * run + r) for r in range(self.num_workers)]
+            for rank, m in enumerate(metrics):
+                assert m["gathered"] == expected, (
+                    f"run {run} of two runs at once: on rank {rank} all_gather returned {m['gathered']}, expected "
+                    f"{expected} (its own run's values): the two runs' ranks met in one rendezvous; key it by the "
+                    "run (trainkit.get_context().get_experiment_name()), with a port from free_address()")
+
+    def test_ranks_on_two_nodes(self, tmp_path) -> None:
+        """The plugin's training with its ranks on two nodes whose addresses differ (127.0.0.2 and
+        127.0.0.3, simulated on this machine in a driver of its own): ranks and the all-gather as on
+        one node, no two ranks on different nodes talk through 127.0.0.1, and the data helper
+        (``shard``) gives the ranks disjoint rows that cover the dataset."""
+        if not type(self).simulated_nodes:
+            pytest.skip(f"{type(self).__name__}.simulated_nodes is False: the framework binds by network interface, "
+                        "which nodes simulated at 127.0.0.2 and 127.0.0.3 cannot model")
+        out = _run_probe("multinode", self, tmp_path)
+        _check_two_nodes(out, self.num_workers, type(self).__name__, given_hook(type(self), "shard") is not None)
+
+
+def _run_probe(probe: str, suite: Any, tmp_path: Any, timeout_s: float = 300) -> dict:
+    """``trainkit.testing._probes`` in a driver process of its own; its results."""
+    from ray import cloudpickle
+
+    spec, out = tmp_path / f"{probe}.spec", tmp_path / f"{probe}.json"
+    with open(spec, "wb") as f:
+        cloudpickle.dump({"probe": probe, "suite": suite, "storage": str(tmp_path / "storage")}, f)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = subprocesses.run([sys.executable, "-m", "trainkit.testing._probes", str(spec), str(out)],
+                            capture_output=True, text=True, timeout=timeout_s, env=env)
+    if not out.exists():
+        raise AssertionError(f"the {probe} probe's driver ended (status {done.returncode}) without results:\n"
+                             f"{done.stderr[-3000:]}")
+    return json.loads(out.read_text())
+
