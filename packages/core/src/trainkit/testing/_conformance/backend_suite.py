@@ -14,13 +14,14 @@ from trainkit.testing._conformance.checks import _assert_resources_released, _ch
 from trainkit.testing._conformance.guards import GUARDS as _GUARDS, LOCAL_GUARDS as _LOCAL_GUARDS
 from trainkit.testing._conformance.data_checks import DataChecks
 from trainkit.testing._conformance.host_checks import HostChecks
+from trainkit.testing._conformance.journey_checks import JourneyChecks
 from trainkit.testing._conformance.metadata import _entry_for
 from trainkit.testing._conformance.packaging_checks import PackagingChecks
 from trainkit.testing._conformance.trainer_checks import TrainerChecks
 from trainkit.testing._conformance.worker_fns import _Collect, _failing_fn, _local_fn, _ranks_fn
 
 
-class BackendConformance(PackagingChecks, TrainerChecks, DataChecks, HostChecks):
+class BackendConformance(PackagingChecks, TrainerChecks, DataChecks, JourneyChecks, HostChecks):
     """What every backend must do on real Ray workers. Subclass it as ``Test<Name>Backend`` and set:
 
     ``backend_config``    an instance of the plugin's ``BackendConfig``

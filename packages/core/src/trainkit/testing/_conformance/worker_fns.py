@@ -125,7 +125,7 @@ def _journey_fn(config: dict) -> None:
     fail, report = config.get("fail"), Session.report
 
     def failing_report(session: Session, metrics: dict, *args: Any, **kwargs: Any) -> None:
-        if fail and rank == fail[0] and metrics.get("step") == fail[1]:
+        if fail and rank == fail[0] and metrics.get("step", metrics.get("iteration")) == fail[1]:
             raise ValueError(f"conformance: rank {rank} fails at step {fail[1]} on purpose")
         report(session, metrics, *args, **kwargs)
 
