@@ -286,7 +286,7 @@ def test_backend_conformance_fails_each_seeded_mistake_and_passes_the_correct_pl
     assert passed == [f"TestToy.test_{name}" for name in (
         "data_helper_splits_the_data_over_the_ranks",
         "failure_on_one_rank_surfaces_with_its_rank", "framework_ranks_and_collective_follow_trainkit_ranks",
-        "loading_plugins_imports_no_framework", "loading_the_plugin_changes_no_process_state", "local_mode",
+        "installed_plugin_leaves_other_backends_runs_alone", "loading_plugins_imports_no_framework", "loading_the_plugin_changes_no_process_state", "local_mode",
         "ranks_on_two_nodes", "registered_trainer_keeps_the_users_run_config", "registered_trainers_fit",
         "report_callback_reaches_the_driver_from_every_rank", "shutdown_tears_the_framework_down_and_is_repeatable",
         "trainkit_requirement_allows_the_next_bug_fix_release", "two_runs_at_once_on_one_host")] + [f"TestToyCheckpointIO.test_{name}" for name in (
@@ -379,6 +379,9 @@ JOURNEYS = """
 
     class TestEnvRank(Toy):
         backend_config = toy.EnvRankConfig()
+
+    class TestStaleTimer(Toy):
+        backend_config = toy.StaleTimerConfig()
 """
 
 #: each seeded mistake of the journey's classes: the probe that catches it and what its message says
@@ -395,6 +398,9 @@ JOURNEY_MISTAKES = {
     "TestWeightsOnlyResume.test_journey_stopped_and_resumed_equals_the_straight_run":
         "TestWeightsOnlyResume: the journey stopped after step 2 and resumed reported losses",
     "TestSharedCheckpointDir.test_two_journeys_at_once_on_one_host": "the runs' checkpoints mixed",
+    "TestStaleTimer.test_journey_retried_after_a_failed_first_attempt_equals_the_straight_run":
+        "TestStaleTimer: retried after attempt 0's setup half failed, the journey failed at 2 workers: "
+        "RuntimeError",
     "TestEnvRank.test_journey_with_launcher_variables_in_the_drivers_environment":
         "TestEnvRank: with a launcher's variables in the driver's environment, in local mode (num_workers=0), the "
         "journey's data helper: no rank got rows [0, 1, 2] of 7",
@@ -472,6 +478,22 @@ def test_load_and_metadata_probes_fail_each_seeded_mistake(run_tests, tmp_path, 
     for test, message in fails.items():
         result.stdout.fnmatch_lines([f"*FAILED test_subject.py::TestToy::test_{test}*"])
         assert message in result.stdout.str(), result.stdout.str()[-4000:]
+
+
+@pytest.mark.parametrize("module, fails", [
+    ("trainkit_toyfw", None),
+    ("trainkit_toyfw_meddles", "with the plugin 'toy' installed, a run of another backend (trainkit's own "
+                               "BackendConfig, 2 workers) differs from the same run with it disabled "
+                               "(TRAINKIT_DISABLED_PLUGINS=toy): rank 0's environment OPENBLAS_NUM_THREADS: "
+                               "'<unset>' -> '1'"),
+], ids=["correct", "hook-meddles-with-every-run"])
+def test_installed_plugin_probe_fails_a_plugin_that_changes_other_backends_runs(run_tests, tmp_path, monkeypatch,
+                                                                                 module, fails):
+    _install_toy_plugin(tmp_path / "site", monkeypatch, module=module)
+    result = run_tests(LOAD_PROBES, "-k", "leaves_other_backends", "--timeout=300")
+    result.assert_outcomes(passed=int(fails is None), failed=int(fails is not None))
+    if fails:
+        assert fails in result.stdout.str(), result.stdout.str()[-4000:]
 
 
 def test_a_missing_backend_names_the_plugin_loaders_reason(run_tests, tmp_path, monkeypatch):

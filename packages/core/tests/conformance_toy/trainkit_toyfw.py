@@ -7,10 +7,12 @@ imports toyfw on the workers."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import tempfile
+import threading
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -61,8 +63,25 @@ def shard_by_local_rank(rows: list) -> list:  # the mistake: two nodes train on 
     return rows[ctx.get_local_rank()::ctx.get_local_world_size()]
 
 
+_current_group = None  # the driver's worker group of the attempt in progress
+
+
+def _expire() -> None:
+    """The watchdog fires: the rendezvous took too long, toyfw goes down on the current group."""
+    with contextlib.suppress(Exception):
+        _current_group.execute(_leave)
+
+
 class ToyBackend(Backend):
     def on_start(self, worker_group, backend_config: ToyConfig) -> None:
+        global _current_group
+        _current_group = worker_group
+        if backend_config.watchdog_s:
+            # the mistake: cancelled once training starts, never when setup fails after this point,
+            # so the watchdog of a failed attempt fires in the next one
+            self.watchdog = threading.Timer(backend_config.watchdog_s, _expire)
+            self.watchdog.daemon = True
+            self.watchdog.start()
         if backend_config.skips_one_worker and len(worker_group) == 1:
             return  # the mistake: "nothing to set up for one worker", yet the helpers need toyfw's rank
         host, port = worker_group.free_address(0)
@@ -70,6 +89,10 @@ class ToyBackend(Backend):
         port = backend_config.fixed_port or port
         worker_group.execute_single(0, _listen, host, port)
         worker_group.execute(_join, backend_config.reverse_ranks, host, port)
+
+    def on_training_start(self, worker_group, backend_config: ToyConfig) -> None:
+        if getattr(self, "watchdog", None) is not None:
+            self.watchdog.cancel()
 
     def on_shutdown(self, worker_group, backend_config: ToyConfig) -> None:
         if backend_config.tears_down:
@@ -96,6 +119,7 @@ class ToyConfig(BackendConfig):
     fixed_port: ClassVar[int | None] = None
     skips_one_worker: ClassVar[bool] = False
     rank_from_env: ClassVar[bool] = False
+    watchdog_s: ClassVar[float] = 0.0
 
     @property
     def backend_cls(self):
@@ -124,6 +148,10 @@ class FixedPortConfig(ToyConfig):
 
 class SkipsOneWorkerConfig(ToyConfig):
     skips_one_worker = True
+
+
+class StaleTimerConfig(ToyConfig):
+    watchdog_s = 2.0
 
 
 class EnvRankConfig(ToyConfig):
@@ -249,6 +277,7 @@ def trainkit_register_backends(registry) -> None:
     registry.register("toy_fixed_port", FixedPortConfig)
     registry.register("toy_skips_one_worker", SkipsOneWorkerConfig)
     registry.register("toy_env_rank", EnvRankConfig)
+    registry.register("toy_stale_timer", StaleTimerConfig)
     registry.register("toy_forgiving", ForgivingConfig, ForgivingTrainer)
 
 
@@ -305,7 +334,7 @@ class FixedDirCheckpointIO(ToyCheckpointIO):
             trainkit.report(metrics)
             return
         self.save(state, staging)
-        time.sleep(0.3)  # a save takes a while: another run's save lands meanwhile
+        time.sleep(1.0)  # a big model's save takes a while: another run's save lands meanwhile
         trainkit.report(metrics, checkpoint=trainkit.Checkpoint.from_directory(staging))
 
 

@@ -14,11 +14,58 @@ from trainkit.testing import subprocesses
 from trainkit.testing._conformance.checks import _check_two_nodes
 from trainkit.testing._conformance.guards import GUARDS as _GUARDS
 from trainkit.testing._conformance.hooks import given_hook
+from trainkit.testing._conformance.metadata import _entry_for
 from trainkit.testing._conformance.worker_fns import _Collect, _concurrent_fn
+
+
+def _probe_own(variable: str) -> bool:
+    """Variables that differ between the two runs by design: Ray's per-session ones, the switch."""
+    return variable.startswith("RAY_") or variable == "TRAINKIT_DISABLED_PLUGINS"
+
+
+def _beside_differences(with_it: dict, without: dict) -> list[str]:
+    """What differs between the two runs of the ``beside`` probe, in words (Ray's per-session
+    variables aside)."""
+    found = []
+    for label in ("with", "without"):
+        run = with_it if label == "with" else without
+        if "reports" not in run:
+            found.append(f"the run {label} the plugin did not report")
+    if found:
+        return found
+    for rank, (a, b) in enumerate(zip(with_it["reports"][0], without["reports"][0])):
+        env = sorted(k for k in a["env"].keys() | b["env"].keys()
+                     if not _probe_own(k) and a["env"].get(k) != b["env"].get(k))
+        found += [f"rank {rank}'s environment {k}: {b['env'].get(k, '<unset>')!r} -> {a['env'].get(k, '<unset>')!r}"
+                  for k in env]
+        if a["threads"] != b["threads"]:
+            found.append(f"rank {rank}'s threads: {b['threads']} -> {a['threads']}")
+        if a["logging"] != b["logging"]:
+            found.append(f"rank {rank}'s root logger (level, handlers): {b['logging']} -> {a['logging']}")
+    driver = {k: v for k, v in with_it["driver_env"].items() if with_it["driver_env"].get(k) != without["driver_env"].get(k)
+              and not _probe_own(k)}
+    found += [f"the driver's environment {k}: {v[0]!r} -> {v[1]!r} during the run" for k, v in sorted(driver.items())]
+    return found
 
 
 class HostChecks:
     """Mixed into ``BackendConformance``."""
+
+    def test_installed_plugin_leaves_other_backends_runs_alone(self, tmp_path) -> None:
+        """A run of trainkit's own backend (no framework; 2 workers, in a driver of its own) is the
+        same with the plugin installed as with it disabled (``TRAINKIT_DISABLED_PLUGINS``): each
+        worker's environment, threads and root logger, and the driver's environment."""
+        entry = _entry_for(type(self.backend_config))
+        with_it = _run_probe("beside", self, tmp_path / "with")
+        without = _run_probe("beside", self, tmp_path / "without", env={"TRAINKIT_DISABLED_PLUGINS": entry.plugin})
+        differences = _beside_differences(with_it, without)
+        assert not differences, (
+            f"with the plugin {entry.plugin!r} installed, a run of another backend (trainkit's own BackendConfig, 2 "
+            f"workers) differs from the same run with it disabled (TRAINKIT_DISABLED_PLUGINS={entry.plugin}): "
+            + "; ".join(differences) + ". A plugin's hooks run in every trainkit run, whatever its backend "
+            "(trainkit_setup_accelerators, trainkit_check_inputs): act only for your own backend "
+            f"(isinstance(backend_config, {type(self.backend_config).__name__})), and set threads, environment "
+            "and logging in your backend's on_start or train_fn_context, never for every run")
 
     @_GUARDS
     def test_two_runs_at_once_on_one_host(self, run_config, tmp_path) -> None:
@@ -74,14 +121,16 @@ class HostChecks:
         _check_two_nodes(out, self.num_workers, type(self).__name__, given_hook(type(self), "shard") is not None)
 
 
-def _run_probe(probe: str, suite: Any, tmp_path: Any, timeout_s: float = 300) -> dict:
-    """``trainkit.testing._probes`` in a driver process of its own; its results."""
+def _run_probe(probe: str, suite: Any, tmp_path: Any, timeout_s: float = 300, env: dict | None = None) -> dict:
+    """``trainkit.testing._probes`` in a driver process of its own (with ``env`` added to this
+    process's environment); its results."""
     from ray import cloudpickle
 
+    tmp_path.mkdir(parents=True, exist_ok=True)
     spec, out = tmp_path / f"{probe}.spec", tmp_path / f"{probe}.json"
     with open(spec, "wb") as f:
         cloudpickle.dump({"probe": probe, "suite": suite, "storage": str(tmp_path / "storage")}, f)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     done = subprocesses.run([sys.executable, "-m", "trainkit.testing._probes", str(spec), str(out)],
                             capture_output=True, text=True, timeout=timeout_s, env=env)
     if not out.exists():

@@ -97,10 +97,13 @@ class JourneyChecks:
         try:
             reports = self._journey(run_config, workers, steps, **kwargs)
         except TrainingFailedError as exc:
+            hint = ("what attempt 0 left behind (a timer it armed, a global, a rendezvous) broke attempt 1: cancel and "
+                    "undo it on every path out of setup" if label.startswith("retried") else
+                    "a plugin's helpers must work at every world size, one worker and local mode included, and with "
+                    "data that does not divide by the world size")
             raise AssertionError(
                 f"{type(self).__name__}: {label}, the journey failed {_where(workers)}: {exc.error_type}: {exc} "
-                f"{exc.worker_traceback or ''}\nA plugin's helpers must work at every world size, one worker and "
-                "local mode included, and with data that does not divide by the world size") from exc
+                f"{exc.worker_traceback or ''}\n{hint[0].upper() + hint[1:]}") from exc
         size = max(workers, 1)
         shapeless = [m for report in reports for m in report
                      if step_of(m) is None or not isinstance(m.get("loss"), (int, float))]
@@ -173,18 +176,33 @@ class JourneyChecks:
             f"for steps 3 and 4; the straight run {expected}: {_RESUME_HINT}")
 
     @_GUARDS
-    def test_journey_retried_after_a_failed_first_attempt_equals_the_straight_run(self, run_config) -> None:
-        """Attempt 0 fails on rank 0 after the backend set up; attempt 1 (``max_failures=1``) must run
-        as a fresh run does: nothing left from attempt 0 may change it."""
+    def test_journey_retried_after_a_failed_first_attempt_equals_the_straight_run(self, run_config,
+                                                                                    monkeypatch) -> None:
+        """Attempt 0 fails, once on rank 0 after the backend set up, once half-way through setup (the
+        backend's ``on_start`` done, then an error before training); attempt 1 (``max_failures=1``),
+        after a wait of 3 s in which timers attempt 0 armed fire, must report the straight run's
+        losses: nothing left from attempt 0 may change it."""
         straight = {s: loss for s, loss in self._straight(run_config).items() if s <= 2}
         rc = {"failure_config": trainkit.FailureConfig(max_failures=1)}
-        reports = self._checked_journey(run_config, 2, 2, "retried after attempt 0 failed", rc=rc,
-                                        fail_first_attempt=True)
-        assert _same(_losses(reports), straight), (
-            f"{type(self).__name__}: retried after attempt 0 failed, attempt 1 reported losses {_losses(reports)}; the "
-            f"straight run {straight}: what attempt 0 left (a timer, a rendezvous, a framework global, a checkpoint "
-            "half written) changed attempt 1. Tear down everything on_start set up in on_shutdown, key per-attempt "
-            "state by trainkit.get_context().get_attempt(), and cancel timers")
+        backend_cls, on_start, calls = self.backend_config.backend_cls, self.backend_config.backend_cls.on_start, []
+
+        def half_failing_on_start(backend, worker_group, backend_config) -> None:
+            on_start(backend, worker_group, backend_config)
+            calls.append(1)
+            if len(calls) == 1:
+                raise RuntimeError("conformance: setup fails on purpose after on_start, in attempt 0")
+
+        for how, conditions in (("after attempt 0 failed in training", {"fail_first_attempt": True}),
+                                ("after attempt 0's setup half failed", {"hold_s": 4.0})):
+            if "hold_s" in conditions:  # the setup half fails
+                monkeypatch.setattr(backend_cls, "on_start", half_failing_on_start)
+            label = f"retried {how}"
+            reports = self._checked_journey(run_config, 2, 2, label, rc=rc, **conditions)
+            assert _same(_losses(reports), straight), (
+                f"{type(self).__name__}: {label}, attempt 1 reported losses {_losses(reports)}; the straight run "
+                f"{straight}: what attempt 0 left (a timer, a rendezvous, a framework global, a checkpoint half "
+                "written) changed attempt 1. Undo everything on_start set up in on_shutdown, key per-attempt state "
+                "by trainkit.get_context().get_attempt(), and cancel timers on every path out of setup")
 
     @_GUARDS
     def test_journey_with_launcher_variables_in_the_drivers_environment(self, run_config, monkeypatch) -> None:
@@ -205,18 +223,21 @@ class JourneyChecks:
                 "framework on the workers from trainkit.get_context(); never read them from os.environ)")
 
     @_GUARDS
-    def test_two_journeys_at_once_on_one_host(self, run_config) -> None:
-        """Two journeys at once (seeds 0 and 1, in two threads), each then resumed from its own last
+    def test_two_journeys_at_once_on_one_host(self, run_config, tmp_path) -> None:
+        """Two journeys at once (seeds 0 and 1, in two threads, starting together), each then resumed from its own last
         checkpoint to step 3: each reports its own straight run's losses (checkpoint saves that share a
         path on the host mix the runs' states)."""
         straight = {seed: self._straight(run_config, 2, 3, seed) for seed in (0, 1)}
         names, errors = {seed: f"journey-{seed}-{uuid.uuid4().hex[:8]}" for seed in (0, 1)}, {}
+        sync = tmp_path / "sync"
+        sync.mkdir()
 
         def run(seed: int) -> None:
             try:
-                self._journey(run_config, 2, 2, seed=seed, rc={"name": names[seed]})
+                self._journey(run_config, 2, 2, seed=seed, rc={"name": names[seed]}, sync=str(sync))
             except Exception as exc:  # noqa: BLE001 - reported below
                 errors[seed] = exc
+                (sync / f"ready{seed}").touch()  # the other run stops waiting for this one
 
         threads = [threading.Thread(target=run, args=(seed,), name=f"conformance-journey{seed}") for seed in (0, 1)]
         for thread in threads:

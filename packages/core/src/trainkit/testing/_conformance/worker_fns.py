@@ -115,13 +115,19 @@ def _journey_fn(config: dict) -> None:
     """The plugin's journey (its ``journey`` hook) on this rank, under the kit's conditions: a failure
     on one rank at one step (``fail``: [rank, step], raised from inside the report the journey makes,
     so from inside the framework's loop), or on rank 0 of attempt 0 before the journey starts
-    (``fail_first_attempt``)."""
+    (``fail_first_attempt``); a retried attempt waits ``hold_s`` before the journey."""
     from trainkit._internal.worker.session import Session
 
     ctx = trainkit.get_context()
     rank = ctx.get_world_rank()
     if config.get("fail_first_attempt") and ctx.get_attempt() == 0 and rank == 0:
         raise RuntimeError("conformance: attempt 0 fails on purpose after the backend set up")
+    if config.get("hold_s") and ctx.get_attempt() > 0:  # what attempt 0 left behind (a timer) has time to act
+        import time
+
+        time.sleep(config["hold_s"])
+    if config.get("sync"):  # two runs at once: both start their journeys together
+        _wait_for_the_other_run(config["sync"], config["seed"], rank)
     fail, report = config.get("fail"), Session.report
 
     def failing_report(session: Session, metrics: dict, *args: Any, **kwargs: Any) -> None:
@@ -134,3 +140,16 @@ def _journey_fn(config: dict) -> None:
         config["journey"]({k: config[k] for k in ("steps", "rows", "seed")})
     finally:
         Session.report = report
+
+
+def _wait_for_the_other_run(sync: str, run: int, rank: int, timeout_s: float = 120) -> None:
+    """Rank 0 of run ``run`` (0 or 1) marks itself ready in ``sync`` and waits for the other run's
+    rank 0 (up to ``timeout_s``); the other ranks go on (the framework holds them at its first step)."""
+    import time
+
+    if rank != 0:
+        return
+    open(os.path.join(sync, f"ready{run}"), "w").close()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not os.path.exists(os.path.join(sync, f"ready{1 - run}")):
+        time.sleep(0.02)
