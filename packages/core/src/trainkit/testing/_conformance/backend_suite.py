@@ -11,8 +11,9 @@ import pytest
 import trainkit
 from trainkit import BackendConfig, DataParallelTrainer, ScalingConfig, TrainingFailedError
 from trainkit.testing._conformance.checks import _assert_resources_released, _check_ranks
-from trainkit.testing._conformance.guards import GUARDS as _GUARDS, LOCAL_GUARDS as _LOCAL_GUARDS
 from trainkit.testing._conformance.data_checks import DataChecks
+from trainkit.testing._conformance.guards import GUARDS as _GUARDS
+from trainkit.testing._conformance.guards import LOCAL_GUARDS as _LOCAL_GUARDS
 from trainkit.testing._conformance.host_checks import HostChecks
 from trainkit.testing._conformance.journey_checks import JourneyChecks
 from trainkit.testing._conformance.metadata import _entry_for

@@ -8,8 +8,14 @@ from typing import Any, Callable, ClassVar
 import pytest
 
 import trainkit
-from trainkit import Checkpoint, CheckpointCorruptError, CheckpointIO, DataParallelTrainer, ScalingConfig, \
-    TrainingFailedError
+from trainkit import (
+    Checkpoint,
+    CheckpointCorruptError,
+    CheckpointIO,
+    DataParallelTrainer,
+    ScalingConfig,
+    TrainingFailedError,
+)
 from trainkit.testing._conformance.guards import GUARDS as _GUARDS
 from trainkit.testing._conformance.hooks import _takes_seed, _warn_once, required_hook
 from trainkit.testing._conformance.worker_fns import _resume_fn, _save_and_report_fn

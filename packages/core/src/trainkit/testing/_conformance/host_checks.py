@@ -42,8 +42,8 @@ def _beside_differences(with_it: dict, without: dict) -> list[str]:
             found.append(f"rank {rank}'s threads: {b['threads']} -> {a['threads']}")
         if a["logging"] != b["logging"]:
             found.append(f"rank {rank}'s root logger (level, handlers): {b['logging']} -> {a['logging']}")
-    driver = {k: v for k, v in with_it["driver_env"].items() if with_it["driver_env"].get(k) != without["driver_env"].get(k)
-              and not _probe_own(k)}
+    ours, theirs = with_it["driver_env"], without["driver_env"]
+    driver = {k: v for k, v in ours.items() if ours.get(k) != theirs.get(k) and not _probe_own(k)}
     found += [f"the driver's environment {k}: {v[0]!r} -> {v[1]!r} during the run" for k, v in sorted(driver.items())]
     return found
 

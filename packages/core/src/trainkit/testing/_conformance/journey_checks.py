@@ -18,7 +18,8 @@ from typing import Any
 import trainkit
 from trainkit import ScalingConfig, TrainingFailedError
 from trainkit.testing._conformance.checks import _check_shards
-from trainkit.testing._conformance.guards import GUARDS as _GUARDS, LOCAL_GUARDS as _LOCAL_GUARDS
+from trainkit.testing._conformance.guards import GUARDS as _GUARDS
+from trainkit.testing._conformance.guards import LOCAL_GUARDS as _LOCAL_GUARDS
 from trainkit.testing._conformance.hooks import required_hook
 from trainkit.testing._conformance.metadata import _entry_for
 from trainkit.testing._conformance.trainer_checks import registered_trainer

@@ -10,10 +10,10 @@ from typing import Callable
 import trainkit
 from trainkit import ScalingConfig, TrainingFailedError
 from trainkit.testing._conformance.checks import _check_ranks
+from trainkit.testing._conformance.guards import GUARDS as _GUARDS
 from trainkit.testing._conformance.hooks import _MARK, _config_keyword, _marked, _record_on_start, required_hook
 from trainkit.testing._conformance.metadata import _entry_for
 from trainkit.testing._conformance.worker_fns import _Collect, _fails_once_fn, _ranks_fn, _report_callback_fn
-from trainkit.testing._conformance.guards import GUARDS as _GUARDS
 
 
 def registered_trainer(entry) -> tuple[Callable, str]:
