@@ -109,7 +109,9 @@ HOOK_LINES = {
                        "callback, as the framework calls it on every rank at a step's end>)",
     "resume": "resume = staticmethod(lambda checkpoint: <the state your resume helper restores from `checkpoint`>)",
     "journey": "journey = staticmethod(lambda config: <one small training run through your plugin's helpers: "
-               "see trainkit.testing.journey>)",
+               "model and optimizer seeded by config['seed'], resumed from trainkit.get_checkpoint(), config['rows'] split by "
+               "your data helper, config['steps'] steps each reporting {'step': n, 'loss': x} with a checkpoint; "
+               "docs/extending.md, 'The journey'>)",
 }
 
 
