@@ -3,7 +3,9 @@ marker skips with a readable reason, and the conformance suite fails a plugin wi
 (reversed ranks, a no-op teardown, a broken Trainer, no communication, a rendezvous on 127.0.0.1 or a
 fixed port, data sharded by local rank, a report callback on rank 0 alone, a resume helper that
 ignores its checkpoint, a Trainer that drops the user's RunConfig or its own config keyword, warnings
-turned off at load, an unbounded or unresolvable dependency) and passes the correct one."""
+turned off at load, an unbounded or unresolvable dependency, a pin on core's release; and one per class
+of what hurts a plugin's users, caught by running its journey under the kit's conditions) and passes
+the correct one."""
 
 import os
 import textwrap
@@ -177,13 +179,24 @@ def _install_toy_plugin(site: Path, monkeypatch, module: str = "trainkit_toyfw",
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(TOY), os.environ.get("PYTHONPATH", "")]))
 
 
+def _outcomes(report: Path) -> dict[str, str]:
+    """Each test case of a junit report, as ``Class.test``: "" when it passed, else its problems."""
+    outcomes = {}
+    for case in ElementTree.parse(report).iter("testcase"):
+        problem = next((case.find(tag) for tag in ("failure", "error", "skipped") if case.find(tag) is not None), None)
+        key = f"{case.get('classname').rsplit('.', 1)[-1]}.{case.get('name')}"
+        outcomes[key] = outcomes.get(key, "") + ("" if problem is None else
+                                                 f" {problem.tag}: {problem.get('message')} {problem.text or ''}")
+    return outcomes
+
+
 # About 30 conformance tests in one pytest run, each with its own clusters (the two-node probe
 # starts a multi-node one): 270 s on a busy CI machine. The default 300 s is a hang detector sized
 # for one test; each inner test keeps it (--timeout=300 below).
 @pytest.mark.timeout(1800)
 def test_backend_conformance_fails_each_seeded_mistake_and_passes_the_correct_plugin(run_tests, tmp_path,
                                                                                      monkeypatch):
-    _install_toy_plugin(tmp_path / "site", monkeypatch)
+    _install_toy_plugin(tmp_path / "site", monkeypatch, requires=("trainkit-core>=0.1,<0.2",))
     report = tmp_path / "report.xml"
     result = run_tests("""
         import trainkit
@@ -261,26 +274,22 @@ def test_backend_conformance_fails_each_seeded_mistake_and_passes_the_correct_pl
         class TestLastSavedCheckpointIO(TestToyCheckpointIO):
             checkpoint_io = toy.LastSavedCheckpointIO()
             resume = staticmethod(toy.resume_last_saved)
-    """, "-k", "(TestToy and not lower_bound and not resolve) or (ReversedRanks and ranks_and) "
+    """, "-k", "(TestToy and not lower_bound and not resolve and not journey) or (ReversedRanks and ranks_and) "
                "or (NoTeardown and (shutdown or local)) or (BrokenTrainer and registered) "
                "or (DropsConfig and registered_trainers) or (DropsOwnKeyword and registered_trainers) "
                "or (OwnRunConfig and run_config) or (Loopback and two_nodes) or (ShardByLocalRank and two_nodes) "
                "or (FixedPort and two_runs) or (Rank0Report and report_callback) "
                "or (NoCommunication and ranks_and) or (EveryRank and run_and_resume) or (LastSaved and resume_helper)",
          f"--junitxml={report}", "--timeout=300")
-    outcomes = {}
-    for case in ElementTree.parse(report).iter("testcase"):
-        problem = next((case.find(tag) for tag in ("failure", "error", "skipped") if case.find(tag) is not None), None)
-        key = f"{case.get('classname').rsplit('.', 1)[-1]}.{case.get('name')}"
-        outcomes[key] = outcomes.get(key, "") + ("" if problem is None else
-                                                 f" {problem.tag}: {problem.get('message')} {problem.text or ''}")
+    outcomes = _outcomes(report)
     passed = sorted(k for k, v in outcomes.items() if not v)
     assert passed == [f"TestToy.test_{name}" for name in (
+        "data_helper_splits_the_data_over_the_ranks",
         "failure_on_one_rank_surfaces_with_its_rank", "framework_ranks_and_collective_follow_trainkit_ranks",
-        "loading_plugins_imports_no_framework", "loading_the_plugin_changes_no_process_state", "local_mode",
+        "installed_plugin_leaves_other_backends_runs_alone", "loading_plugins_imports_no_framework", "loading_the_plugin_changes_no_process_state", "local_mode",
         "ranks_on_two_nodes", "registered_trainer_keeps_the_users_run_config", "registered_trainers_fit",
         "report_callback_reaches_the_driver_from_every_rank", "shutdown_tears_the_framework_down_and_is_repeatable",
-        "two_runs_at_once_on_one_host")] + [f"TestToyCheckpointIO.test_{name}" for name in (
+        "trainkit_requirement_allows_the_next_bug_fix_release", "two_runs_at_once_on_one_host")] + [f"TestToyCheckpointIO.test_{name}" for name in (
         "altered_file_is_refused", "resume_helper_resumes_the_checkpoint_it_is_given", "round_trip_in_process",
         "round_trip_through_a_run_and_resume")], result.stdout.str()[-6000:]
     expected = {
@@ -319,6 +328,109 @@ def test_backend_conformance_fails_each_seeded_mistake_and_passes_the_correct_pl
     assert "leaked environment variables: TOYFW_LOCAL (restored)" in outcomes["TestNoTeardown.test_local_mode"]
 
 
+JOURNEYS = """
+    import functools
+    from trainkit.testing import NOT_PROVIDED, BackendConformance
+    import trainkit_toyfw as toy
+
+    def framework_rank():
+        import toyfw
+        return toyfw.get_rank()
+
+    def all_gather(value):
+        import toyfw
+        return toyfw.all_gather(value)
+
+    def is_initialized():
+        import toyfw
+        return toyfw.is_initialized()
+
+    class Toy(BackendConformance):
+        backend_config = toy.ToyConfig()
+        framework_modules = ("toyfw",)
+        framework_rank, all_gather, is_initialized = map(staticmethod, (framework_rank, all_gather, is_initialized))
+        shard, report_callback = staticmethod(toy.shard), staticmethod(toy.report_callback)
+        journey = staticmethod(toy.journey)
+        launcher_env = {"TOYFW_RANK": "3"}
+
+    class TestToy(Toy):
+        pass
+
+    class TestNoJourney(Toy):  # written before the journey existed
+        journey = None
+
+    class TestOptsOut(Toy):
+        journey = NOT_PROVIDED("toyfw has no training loop to run")
+
+    class TestSkipsOneWorker(Toy):
+        backend_config = toy.SkipsOneWorkerConfig()
+
+    class TestForgiving(Toy):
+        backend_config = toy.ForgivingConfig()
+
+    class TestDropsRemainder(Toy):
+        journey = functools.partial(toy.journey, prepare=toy.prepare_rows_evenly)
+
+    class TestWeightsOnlyResume(Toy):
+        journey = functools.partial(toy.journey, restore=toy.resume_weights_only)
+
+    class TestSharedCheckpointDir(Toy):
+        journey = functools.partial(toy.journey, io=toy.FixedDirCheckpointIO())
+
+    class TestEnvRank(Toy):
+        backend_config = toy.EnvRankConfig()
+
+    class TestStaleTimer(Toy):
+        backend_config = toy.StaleTimerConfig()
+"""
+
+#: each seeded mistake of the journey's classes: the probe that catches it and what its message says
+JOURNEY_MISTAKES = {
+    "TestNoJourney.test_journey_runs_at_every_world_size":
+        "TestNoJourney sets no `journey`, which this probe needs. Add to the class:",
+    "TestSkipsOneWorker.test_journey_runs_at_every_world_size":
+        "TestSkipsOneWorker: plainly, the journey failed at 1 worker (ScalingConfig()'s default): RuntimeError",
+    "TestForgiving.test_journey_failure_on_one_rank_reaches_the_caller":
+        "the registered ForgivingTrainer.fit() returned (reports for steps [",
+    "TestDropsRemainder.test_journey_runs_at_every_world_size":
+        "TestDropsRemainder: plainly, at 2 workers, the journey's data helper: no rank got rows [6] of 7 over 2 "
+        "rank(s)",
+    "TestWeightsOnlyResume.test_journey_stopped_and_resumed_equals_the_straight_run":
+        "TestWeightsOnlyResume: the journey stopped after step 2 and resumed reported losses",
+    "TestSharedCheckpointDir.test_two_journeys_at_once_on_one_host": "the runs' checkpoints mixed",
+    "TestStaleTimer.test_journey_retried_after_a_failed_first_attempt_equals_the_straight_run":
+        "TestStaleTimer: retried after attempt 0's setup half failed, the journey failed at 2 workers: "
+        "RuntimeError",
+    "TestEnvRank.test_journey_with_launcher_variables_in_the_drivers_environment":
+        "TestEnvRank: with a launcher's variables in the driver's environment, in local mode (num_workers=0), the "
+        "journey's data helper: no rank got rows [0, 1, 2] of 7",
+}
+
+
+@pytest.mark.timeout(1800)
+def test_journey_probes_fail_each_seeded_mistake_and_pass_the_correct_plugin(run_tests, tmp_path, monkeypatch):
+    """The journey under the kit's conditions, on toyfw's plugin and on seeded copies of it, each with
+    one mistake of a class users were hurt by: each caught by its probe with a message that says
+    what to fix; a suite without the hook fails with the line to add; an opt-out skips, listed."""
+    _install_toy_plugin(tmp_path / "site", monkeypatch, requires=("trainkit-core>=0.1,<0.2",))
+    report = tmp_path / "report.xml"
+    selected = " or ".join([f"({test.replace('.', ' and ')})" for test in JOURNEY_MISTAKES]
+                           + ["(TestToy and journey)", "(TestOptsOut and every_world_size)"])
+    result = run_tests(JOURNEYS, "-k", selected, f"--junitxml={report}", "--timeout=300")
+    outcomes = _outcomes(report)
+    passed = sorted(k for k, v in outcomes.items() if not v)
+    assert passed == [f"TestToy.test_journey_{name}" for name in (
+        "failure_on_one_rank_reaches_the_caller", "retried_after_a_failed_first_attempt_equals_the_straight_run",
+        "runs_at_every_world_size", "runs_in_local_mode", "stopped_and_resumed_equals_the_straight_run",
+        "with_launcher_variables_in_the_drivers_environment")] + ["TestToy.test_two_journeys_at_once_on_one_host"], (
+        result.stdout.str()[-6000:])
+    for test, message in JOURNEY_MISTAKES.items():
+        assert message in outcomes[test], (test, outcomes[test])
+    assert outcomes["TestOptsOut.test_journey_runs_at_every_world_size"].startswith(" skipped")
+    result.stdout.fnmatch_lines(["*trainkit conformance: opted out*",
+                                 "TestOptsOut.journey = NOT_PROVIDED('toyfw has no training loop to run')"])
+
+
 LOAD_PROBES = """
     from trainkit.testing import BackendConformance
     import trainkit_toyfw as toy
@@ -331,16 +443,26 @@ LOAD_PROBES = """
 
 @pytest.mark.parametrize("module, requires, fails", [
     ("trainkit_toyfw_fw", ("toyfw>=1.0", "trainkit-core"), {}),
-    ("trainkit_toyfw_noisy", ("toyfw>=1.0",), {"loading_the_plugin_changes_no_process_state":
+    ("trainkit_toyfw_noisy", ("toyfw>=1.0", "trainkit-core"), {"loading_the_plugin_changes_no_process_state":
                                   "importing trainkit_toyfw and loading the plugin 'toy' changed the process: "
                                   "warnings filters: added [\"('ignore', None, <class 'Warning'>, None, 0)\"]"}),
-    ("trainkit_toyfw_fw", ("toyfw",), {"framework_is_declared_with_a_lower_bound":
+    ("trainkit_toyfw_fw", ("toyfw", "trainkit-core"), {"framework_is_declared_with_a_lower_bound":
                                        "trainkit-toyfw 1.0 requires toyfw without a lower bound"}),
-    ("trainkit_toyfw_fw", ("toyfw>=1.0", "toyfw-gpu-kernels>=2"), {
+    ("trainkit_toyfw_fw", ("toyfw>=1.0", "toyfw-gpu-kernels>=2", "trainkit-core"), {
         "declared_requirements_resolve_on_this_platform":
             "trainkit-toyfw requires toyfw-gpu-kernels>=2, but the package index has no release of "
             "toyfw-gpu-kernels for this Python and platform"}),
-], ids=["correct", "warnings-off-at-load", "framework-unbounded", "unresolvable-dependency"])
+    # seeded: a pin on core's release of the day forbids its bug-fix releases
+    ("trainkit_toyfw_fw", ("toyfw>=1.0", "trainkit-core==0.1.0"), {
+        "trainkit_requirement_allows_the_next_bug_fix_release":
+            "trainkit-toyfw 1.0 requires trainkit-core==0.1.0: an exact pin (==0.1.0) forbids every bug-fix release "
+            "of trainkit-core, so a user who upgrades core for a fix (to 0.1.1) cannot keep the plugin installed. "
+            "Declare a compatible range instead, such as 'trainkit-core>=0.1,<0.2'"}),
+    ("trainkit_toyfw_fw", ("toyfw>=1.0", "trainkit-core>=0.1,<0.1.1"), {
+        "trainkit_requirement_allows_the_next_bug_fix_release":
+            "excludes trainkit-core 0.1.1 (core's next bug-fix release)"}),
+], ids=["correct", "warnings-off-at-load", "framework-unbounded", "unresolvable-dependency", "core-pinned",
+        "core-bounded-below-next-fix"])
 def test_load_and_metadata_probes_fail_each_seeded_mistake(run_tests, tmp_path, monkeypatch, module, requires,
                                                            fails):
     """The probes that need no Ray, each on a plugin installed with one mistake (none: all pass). The
@@ -351,11 +473,27 @@ def test_load_and_metadata_probes_fail_each_seeded_mistake(run_tests, tmp_path, 
     (index / "index.html").write_text('<a href="toyfw-1.2.0.tar.gz">toyfw-1.2.0.tar.gz</a>')
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "simple").as_uri())
-    result = run_tests(LOAD_PROBES, "-k", "process_state or lower_bound or resolve", "-rfs")
-    result.assert_outcomes(passed=3 - len(fails), failed=len(fails))
+    result = run_tests(LOAD_PROBES, "-k", "process_state or lower_bound or resolve or trainkit_requirement", "-rfs")
+    result.assert_outcomes(passed=4 - len(fails), failed=len(fails))
     for test, message in fails.items():
         result.stdout.fnmatch_lines([f"*FAILED test_subject.py::TestToy::test_{test}*"])
         assert message in result.stdout.str(), result.stdout.str()[-4000:]
+
+
+@pytest.mark.parametrize("module, fails", [
+    ("trainkit_toyfw", None),
+    ("trainkit_toyfw_meddles", "with the plugin 'toy' installed, a run of another backend (trainkit's own "
+                               "BackendConfig, 2 workers) differs from the same run with it disabled "
+                               "(TRAINKIT_DISABLED_PLUGINS=toy): rank 0's environment OPENBLAS_NUM_THREADS: "
+                               "'<unset>' -> '1'"),
+], ids=["correct", "hook-meddles-with-every-run"])
+def test_installed_plugin_probe_fails_a_plugin_that_changes_other_backends_runs(run_tests, tmp_path, monkeypatch,
+                                                                                 module, fails):
+    _install_toy_plugin(tmp_path / "site", monkeypatch, module=module)
+    result = run_tests(LOAD_PROBES, "-k", "leaves_other_backends", "--timeout=300")
+    result.assert_outcomes(passed=int(fails is None), failed=int(fails is not None))
+    if fails:
+        assert fails in result.stdout.str(), result.stdout.str()[-4000:]
 
 
 def test_a_missing_backend_names_the_plugin_loaders_reason(run_tests, tmp_path, monkeypatch):

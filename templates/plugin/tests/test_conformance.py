@@ -1,6 +1,7 @@
 """trainkit-myframework against trainkit.testing's conformance suites, on 2 real workers."""
 
-from trainkit.testing import BackendConformance, CheckpointConformance
+import trainkit
+from trainkit.testing import NOT_PROVIDED, BackendConformance, CheckpointConformance
 
 from trainkit_myframework import MyFrameworkCheckpointIO, MyFrameworkConfig
 
@@ -24,15 +25,32 @@ def is_initialized() -> bool:
     return myframework.is_initialized()
 
 
+def journey(config: dict) -> None:
+    """One small, deterministic run as your users write it, through your plugin's helpers (the kit
+    runs it at 0-3 workers, failing, retried, resumed, twice at once: docs/extending.md)."""
+    import myframework  # TODO: your framework's model, optimizer, data helper and checkpointing
+
+    model = myframework.Model(seed=config["seed"])  # build the model and its optimizer
+    checkpoint = trainkit.get_checkpoint()
+    if checkpoint is not None:  # restore the weights AND the optimizer's state
+        model.load_state(MyFrameworkCheckpointIO().load(checkpoint))
+    rows = trainkit.shard(list(config["rows"]))  # or your data helper
+    while model.step < config["steps"]:
+        loss = model.train_step(rows)
+        MyFrameworkCheckpointIO().report({"step": model.step, "loss": loss, "rows": rows}, model.state())
+
+
 class TestMyFrameworkBackend(BackendConformance):
     backend_config = MyFrameworkConfig()
     framework_modules = ("myframework",)  # TODO: your framework's top-level modules
     framework_rank = staticmethod(framework_rank)
     all_gather = staticmethod(all_gather)
     is_initialized = staticmethod(is_initialized)
-    # Optional, each probed when set (docs/extending.md): the plugin's data helper and report callback.
-    # shard = staticmethod(lambda rows: list(my_data_helper(rows)))       # the rows this rank trains on
-    # report_callback = staticmethod(lambda metrics: MyReportCallback().on_step_end(metrics))
+    journey = staticmethod(journey)
+    # Each hook is probed; one left unset fails with the line to add. Where the plugin truly has no
+    # such helper, opt out with the reason: report_callback = NOT_PROVIDED("why") (docs/extending.md).
+    shard = staticmethod(trainkit.shard)  # TODO: or your data helper: the rows of `rows` this rank trains on
+    report_callback = NOT_PROVIDED("TODO: your report callback, or why the plugin has none")
 
 
 class TestMyFrameworkCheckpointIO(CheckpointConformance):
@@ -44,5 +62,5 @@ class TestMyFrameworkCheckpointIO(CheckpointConformance):
     def assert_same(self, loaded, saved):
         assert loaded == saved  # TODO: compare the framework's way
 
-    # Optional: the plugin's resume helper, given a checkpoint, returns the state it restores.
-    # resume = staticmethod(lambda checkpoint: my_resume_helper(checkpoint))
+    # the plugin's resume helper: given a checkpoint, the state it restores (TODO: yours)
+    resume = staticmethod(MyFrameworkCheckpointIO().load)

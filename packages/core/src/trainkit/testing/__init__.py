@@ -17,10 +17,12 @@ Fixtures:
 
 ``simulated_cluster()``: a context manager giving a multi-node Ray cluster on this machine.
 
-Suites a plugin's tests subclass: ``BackendConformance``, ``CheckpointConformance``.
+Suites a plugin's tests subclass: ``BackendConformance``, ``CheckpointConformance``; a hook the plugin
+has no helper for is opted out of as ``NOT_PROVIDED("why")``, and the summary lists the opt-outs.
 Marker: ``requires(torch=">=2.6", gpus=1)`` skips with a reason that says what is missing.
 """
 
+from trainkit.testing._conformance.hooks import NOT_PROVIDED
 from trainkit.testing.conformance import BackendConformance, CheckpointConformance
 from trainkit.testing.fixtures import (
     find_free_port,
@@ -39,6 +41,7 @@ from trainkit.testing.requirements import gpu_count, requires
 __all__ = [
     "BackendConformance",
     "CheckpointConformance",
+    "NOT_PROVIDED",
     "find_free_port",
     "free_port",
     "gpu_count",
@@ -56,3 +59,13 @@ __all__ = [
 
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "gpu: needs a GPU (set by trainkit.testing.requires(gpus=n))")
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The conformance hooks this run's plugin opted out of (``NOT_PROVIDED("why")``), with their reasons."""
+    from trainkit.testing._conformance.hooks import OPT_OUTS
+
+    if OPT_OUTS:
+        terminalreporter.section("trainkit conformance: opted out")
+        for suite, hook, why in sorted(set(OPT_OUTS)):
+            terminalreporter.line(f"{suite}.{hook} = NOT_PROVIDED({why!r})")

@@ -2,6 +2,9 @@
 ``python -m trainkit.testing._probes SPEC OUT``, where SPEC is a cloudpickled dict (the suite
 instance and what to run) and OUT the JSON file the results go to.
 
+``beside``: a run of trainkit's own backend (no framework) with the plugin installed, as the
+state of each worker's process; the suite runs it twice, the plugin enabled and disabled.
+
 ``multinode``: the plugin's training on two simulated nodes of this machine whose node addresses
 are 127.0.0.2 and 127.0.0.3 (every address of 127.0.0.0/8 is this machine's loopback on Linux; the
 driver's head node, 127.0.0.1, runs no rank). Each rank reports its ranks, its node's address, what
@@ -144,7 +147,9 @@ def _multinode(suite: Any, out: dict) -> None:
             def after_report(self, run_context, metrics, checkpoint) -> None:
                 out.setdefault("reports", []).append(metrics)
 
-        config = suite._config(shard=type(suite).shard)
+        from trainkit.testing._conformance.hooks import given_hook
+
+        config = suite._config(shard=given_hook(type(suite), "shard"))
         run_config = trainkit.RunConfig(name="multinode", storage_path=out.pop("storage"), verbose=0,
                                         callbacks=[Collect()])
         try:
@@ -154,6 +159,45 @@ def _multinode(suite: Any, out: dict) -> None:
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+def beside_fn(config: dict) -> None:
+    """What a worker's process looks like inside a run: environment, threads (digits masked), logging."""
+    import logging
+    import re
+    import threading
+
+    import trainkit
+
+    trainkit.report({"env": dict(os.environ),
+                     "threads": sorted({re.sub(r"\d+", "N", t.name) for t in threading.enumerate()}),
+                     "logging": [logging.getLevelName(logging.root.level),
+                                 sorted(type(h).__name__ for h in logging.root.handlers)]})
+
+
+def _beside(suite: Any, out: dict) -> None:
+    """A run of trainkit's own backend (no framework) on 2 workers of a fresh local Ray: each rank's
+    process state, and what the run changed in the driver's environment."""
+    import ray
+
+    import trainkit
+
+    ray.init(num_cpus=2, logging_level="ERROR", log_to_driver=False, namespace="trainkit", include_dashboard=False)
+    try:
+        class Collect(trainkit.UserCallback):
+            def after_report(self, run_context, metrics, checkpoint) -> None:
+                out.setdefault("reports", []).append(metrics)
+
+        before = dict(os.environ)
+        run_config = trainkit.RunConfig(name="beside", storage_path=out.pop("storage"), verbose=0,
+                                        callbacks=[Collect()])
+        trainkit.DataParallelTrainer(beside_fn, scaling_config=trainkit.ScalingConfig(num_workers=2),
+                                     run_config=run_config).fit()
+        after = dict(os.environ)
+        out["driver_env"] = {k: [before.get(k), after.get(k)] for k in before.keys() | after.keys()
+                             if before.get(k) != after.get(k)}
+    finally:
+        ray.shutdown()
 
 
 def main(spec_path: str, out_path: str) -> None:
@@ -166,7 +210,7 @@ def main(spec_path: str, out_path: str) -> None:
         spec = cloudpickle.load(f)
     out: dict[str, Any] = {"storage": spec["storage"]}
     try:
-        {"multinode": _multinode}[spec["probe"]](spec["suite"], out)
+        {"multinode": _multinode, "beside": _beside}[spec["probe"]](spec["suite"], out)
     finally:
         with open(out_path, "w") as f:
             json.dump(out, f)

@@ -1,0 +1,1 @@
+"""The conformance suites, by concern; ``trainkit.testing.conformance`` is their public module."""
