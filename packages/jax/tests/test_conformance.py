@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from trainkit.testing import BackendConformance, CheckpointConformance
+from trainkit.testing import NOT_PROVIDED, BackendConformance, CheckpointConformance
 from trainkit_jax import JaxCheckpointIO, JaxConfig
 
 
@@ -35,10 +35,14 @@ class TestJaxBackend(BackendConformance):
     framework_rank = staticmethod(framework_rank)
     all_gather = staticmethod(all_gather)
     is_initialized = staticmethod(is_initialized)
+    shard = NOT_PROVIDED("trainkit-jax has no data helper: a JAX program shards its own arrays")
+    report_callback = NOT_PROVIDED("JAX has no training-loop callback: the training function calls trainkit.report")
+    journey = NOT_PROVIDED("not written for trainkit-jax yet (issue 57 follow-up): a run through JaxCheckpointIO and restore")
 
 
 class TestJaxCheckpointIO(CheckpointConformance):
     checkpoint_io = JaxCheckpointIO()
+    resume = NOT_PROVIDED("not written for trainkit-jax yet (issue 57 follow-up): restore")
 
     def make_state(self, seed):
         import jax.numpy as jnp

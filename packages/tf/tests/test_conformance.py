@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from trainkit.testing import BackendConformance, CheckpointConformance
+from trainkit.testing import NOT_PROVIDED, BackendConformance, CheckpointConformance
 from trainkit_tf import KerasCheckpointIO, TensorflowConfig
 
 
@@ -42,10 +42,14 @@ class TestTensorflowBackend(BackendConformance):
     framework_rank = staticmethod(framework_rank)
     all_gather = staticmethod(all_gather)
     is_initialized = staticmethod(is_initialized)
+    shard = NOT_PROVIDED("not written for trainkit-tf yet (issue 57 follow-up): prepare_dataset_shard")
+    report_callback = NOT_PROVIDED("not written for trainkit-tf yet (issue 57 follow-up): the Keras ReportCallback")
+    journey = NOT_PROVIDED("not written for trainkit-tf yet (issue 57 follow-up): a Keras fit with ReportCallback")
 
 
 class TestKerasCheckpointIO(CheckpointConformance):
     checkpoint_io = KerasCheckpointIO()
+    resume = NOT_PROVIDED("not written for trainkit-tf yet (issue 57 follow-up): KerasCheckpointIO.load")
 
     def make_state(self, seed):
         import keras
