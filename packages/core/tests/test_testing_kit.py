@@ -505,7 +505,7 @@ def test_a_missing_backend_names_the_plugin_loaders_reason(run_tests, tmp_path, 
         class TestToy(BackendConformance):
             backend_config = toy.ToyConfig()
             framework_modules = ("toyfw",)
-    """, "-k", "loading_plugins or local_mode")
+    """, "-k", "loading_plugins or (local_mode and not journey)")
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines_random(["*no loaded plugin registers ToyConfig*Plugin trainkit-toyfw (entry point "
                                         "'toy') error: ModuleNotFoundError: No module named 'trainkit_toyfw_typo'*"] * 2)

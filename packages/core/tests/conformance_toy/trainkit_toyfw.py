@@ -12,7 +12,6 @@ import json
 import os
 import socket
 import tempfile
-import threading
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -64,6 +63,7 @@ def shard_by_local_rank(rows: list) -> list:  # the mistake: two nodes train on 
 
 
 _current_group = None  # the driver's worker group of the attempt in progress
+_armed: list = []  # watchdogs armed in on_start and not cancelled since (StaleTimerConfig's)
 
 
 def _expire() -> None:
@@ -78,10 +78,10 @@ class ToyBackend(Backend):
         _current_group = worker_group
         if backend_config.watchdog_s:
             # the mistake: cancelled once training starts, never when setup fails after this point,
-            # so the watchdog of a failed attempt fires in the next one
-            self.watchdog = threading.Timer(backend_config.watchdog_s, _expire)
-            self.watchdog.daemon = True
-            self.watchdog.start()
+            # so the watchdog of a failed attempt fires in the next one. (Here it expires as the next
+            # attempt's training starts, whatever the machine's speed: a timer's delay would make the
+            # seeded mistake's harm depend on how fast the retry came.)
+            _armed.append(self)
         if backend_config.skips_one_worker and len(worker_group) == 1:
             return  # the mistake: "nothing to set up for one worker", yet the helpers need toyfw's rank
         host, port = worker_group.free_address(0)
@@ -91,8 +91,9 @@ class ToyBackend(Backend):
         worker_group.execute(_join, backend_config.reverse_ranks, host, port)
 
     def on_training_start(self, worker_group, backend_config: ToyConfig) -> None:
-        if getattr(self, "watchdog", None) is not None:
-            self.watchdog.cancel()
+        if any(armed is not self for armed in _armed):  # an earlier attempt's, never cancelled: it expires now
+            _expire()
+        _armed.clear()  # this attempt's is cancelled as its training starts
 
     def on_shutdown(self, worker_group, backend_config: ToyConfig) -> None:
         if backend_config.tears_down:
