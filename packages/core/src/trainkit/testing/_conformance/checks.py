@@ -119,6 +119,17 @@ def _check_shards(by_rank: dict[int, dict], label: str, size: int | None = None)
 
 
 
+def _both_at_once(fn: Any, name: str) -> None:
+    """``fn(0)`` and ``fn(1)`` in two threads started together; returns once both ended."""
+    import threading
+
+    threads = [threading.Thread(target=fn, args=(i,), name=f"{name}{i}") for i in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def _assert_resources_released(ray: Any, timeout_s: float = 10.0) -> None:
     import time
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from trainkit.testing import subprocesses
-from trainkit.testing._conformance.checks import _check_two_nodes
+from trainkit.testing._conformance.checks import _both_at_once, _check_two_nodes
 from trainkit.testing._conformance.guards import GUARDS as _GUARDS
 from trainkit.testing._conformance.hooks import given_hook
 from trainkit.testing._conformance.metadata import _entry_for
@@ -73,7 +73,6 @@ class HostChecks:
         driver, each on its own workers): both set up, each all-gather holds its own run's values,
         and both succeed. A fixed port (the framework's default) or a rendezvous shared across jobs
         fails one of them."""
-        import threading
 
         sync, results = tmp_path / "sync", {}
         sync.mkdir()
@@ -88,11 +87,7 @@ class HostChecks:
                 results[run] = exc
                 (sync / f"failed{run}").touch()  # the other run stops waiting for this one
 
-        threads = [threading.Thread(target=fit, args=(run,), name=f"conformance-run{run}") for run in (0, 1)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        _both_at_once(fit, "conformance-run")
         for run in (0, 1):
             if isinstance(results[run], BaseException):
                 raise AssertionError(

@@ -11,13 +11,12 @@ rows the ranks trained on (where the journey reports them) cover the data."""
 from __future__ import annotations
 
 import math
-import threading
 import uuid
 from typing import Any
 
 import trainkit
 from trainkit import ScalingConfig, TrainingFailedError
-from trainkit.testing._conformance.checks import _check_shards
+from trainkit.testing._conformance.checks import _both_at_once, _check_shards
 from trainkit.testing._conformance.guards import GUARDS as _GUARDS
 from trainkit.testing._conformance.guards import LOCAL_GUARDS as _LOCAL_GUARDS
 from trainkit.testing._conformance.hooks import required_hook
@@ -240,11 +239,7 @@ class JourneyChecks:
                 errors[seed] = exc
                 (sync / f"ready{seed}").touch()  # the other run stops waiting for this one
 
-        threads = [threading.Thread(target=run, args=(seed,), name=f"conformance-journey{seed}") for seed in (0, 1)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        _both_at_once(run, "conformance-journey")
         for seed, exc in errors.items():
             raise AssertionError(f"{type(self).__name__}: journey {seed} of two at once on one host failed: "
                                  f"{type(exc).__name__}: {exc}. Two jobs on one host must not collide: ports from "
